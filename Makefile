@@ -1,0 +1,60 @@
+# Agent RL: build the book, test the library, refresh notebooks.
+# `make book` and `make test` work on a fresh machine: they create .venv first.
+SHELL := /bin/bash
+PY      := .venv/bin/python
+BIN     := .venv/bin
+NBS     := $(sort $(wildcard nbs/*.ipynb))
+NB      ?= $(NBS)
+THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+MATHJAX := _mathjax/mathjax/tex-mml-chtml.js
+
+.PHONY: book test lib execute lab bench clean site libpage mathjax venv
+
+venv: .venv/.installed
+.venv/.installed: requirements.txt settings.ini setup.py
+	python3 -m venv .venv
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0          # CPU wheel first; see toolchain notes
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+lib: venv  ## regenerate agentrl/ from the notebooks
+	$(BIN)/nbdev_export
+
+libpage: venv  ## regenerate library.md (the agentrl library page)
+	$(PY) scripts/library_page.py > library.md
+
+mathjax: $(MATHJAX)
+$(MATHJAX):  ## offline MathJax 3 from the npm registry (never committed)
+	rm -rf build/npm && mkdir -p build/npm _mathjax/mathjax/output/chtml/fonts
+	npm install --silent --no-audit --no-fund --prefix build/npm mathjax@3 >/dev/null
+	cp -r build/npm/node_modules/mathjax/es5/output/chtml/fonts/woff-v2 _mathjax/mathjax/output/chtml/fonts/
+	cp build/npm/node_modules/mathjax/es5/tex-mml-chtml.js $(MATHJAX)
+
+site: venv lib libpage mathjax
+	$(BIN)/jupyter-book build . -W -n --keep-going -q
+
+book: site  ## one command: environment, library, site; prints the page to open
+	@echo "Open: file://$(CURDIR)/_build/html/index.html"
+
+test: venv mathjax  ## every test: unit, export drift, notebook regression, site
+	$(THREADS) $(BIN)/pytest -n 2 --dist load -q
+
+execute: venv  ## re-run notebooks in place (NB=path to choose), clean, export
+	@for nb in $(NB); do echo "executing $$nb"; \
+	  $(THREADS) $(BIN)/papermill -k python3 --cwd nbs $$nb $$nb --no-progress-bar || exit 1; \
+	done
+	$(BIN)/nbdev_clean --fname nbs
+	$(PY) scripts/tag_hidden.py $(NB)
+	$(BIN)/nbdev_export
+
+lab: venv
+	$(BIN)/jupyter lab nbs
+
+bench: venv  ## 3 timed executions per notebook -> bench/results.json
+	$(THREADS) $(PY) scripts/bench.py --repeats 3 --out bench/results.json
+
+clean:
+	rm -rf _build build _mathjax

@@ -1,0 +1,75 @@
+"""Benchmark: execute every notebook `--repeats` times and record the median seconds.
+
+Also runs each `scripts/bench_*.py` probe (each prints one JSON object on its last stdout line)
+and stores what it reports under "probes". Writes JSON to --out and prints a table.
+Budgets (2-core CPU): each chapter <= 180 s, the whole book <= 1200 s.
+"""
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHAPTER_BUDGET, BOOK_BUDGET = 180.0, 1200.0
+
+
+def time_notebook(path):
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / path.name
+        start = time.perf_counter()
+        subprocess.run([sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(ROOT / 'nbs'),
+                        '--no-progress-bar', str(path), str(out)], env=env, check=True,
+                       capture_output=True)
+        return time.perf_counter() - start
+
+
+def run_probe(path):
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1'))
+    if run.returncode != 0:
+        return {'error': run.stderr[-500:]}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--repeats', type=int, default=3)
+    ap.add_argument('--out', default='bench/results.json')
+    ap.add_argument('--only', nargs='*', help='notebook stems to time (default: all)')
+    args = ap.parse_args()
+    notebooks = sorted((ROOT / 'nbs').glob('*.ipynb'))
+    if args.only:
+        notebooks = [p for p in notebooks if p.stem in args.only]
+    results = {}
+    for nb in notebooks:
+        runs = [time_notebook(nb) for _ in range(args.repeats)]
+        results[nb.stem] = {'median_s': round(statistics.median(runs), 2),
+                            'runs_s': [round(r, 2) for r in runs],
+                            'within_budget': statistics.median(runs) <= CHAPTER_BUDGET}
+        print(f'{nb.stem:28s} median {results[nb.stem]["median_s"]:7.2f} s  runs {results[nb.stem]["runs_s"]}',
+              flush=True)
+    total = round(sum(r['median_s'] for r in results.values()), 2)
+    probes = {p.stem[len('bench_'):]: run_probe(p) for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
+    for name, value in probes.items():
+        print(f'probe {name}: {value}')
+    report = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
+                          'threads': 1, 'repeats': args.repeats},
+              'notebooks': results, 'total_median_s': total,
+              'budget': {'chapter_s': CHAPTER_BUDGET, 'book_s': BOOK_BUDGET,
+                         'book_within_budget': total <= BOOK_BUDGET},
+              'probes': probes}
+    out = ROOT / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + '\n')
+    print(f'total {total:.2f} s (budget {BOOK_BUDGET:.0f} s) -> {out.relative_to(ROOT)}')
+
+
+if __name__ == '__main__':
+    main()

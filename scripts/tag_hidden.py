@@ -1,0 +1,38 @@
+"""Give every nbdev-hidden cell (`#| hide`, `#| default_exp`) the Jupyter Book tag `remove-cell`.
+
+Usage: python scripts/tag_hidden.py nbs/02_rl_fundamentals.ipynb [...]   (no argument: every notebook)
+Rewrites a notebook only when a tag was missing.
+"""
+import json
+import pathlib
+import sys
+
+HIDDEN = ('#| hide', '#| default_exp')
+
+
+def needs_tag(cell):
+    src = ''.join(cell.get('source', ''))
+    first = src.lstrip().splitlines()[0] if src.strip() else ''
+    return cell.get('cell_type') == 'code' and first.startswith(HIDDEN)
+
+
+def tag_notebook(path):
+    nb = json.loads(path.read_text())
+    changed = False
+    for cell in nb['cells']:
+        tags = cell.setdefault('metadata', {}).setdefault('tags', [])
+        if needs_tag(cell) and 'remove-cell' not in tags:
+            tags.append('remove-cell')
+            changed = True
+        if not tags:
+            del cell['metadata']['tags']
+    if changed:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    return changed
+
+
+if __name__ == '__main__':
+    paths = [pathlib.Path(p) for p in sys.argv[1:]] or sorted(pathlib.Path('nbs').glob('*.ipynb'))
+    for p in paths:
+        if tag_notebook(p):
+            print(f'tagged hidden cells in {p}')
