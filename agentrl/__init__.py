@@ -2,4 +2,6 @@ __version__ = "0.1.0"
 # Hand-written: one star-import per chapter module, so `import agentrl as arl` exposes every
 # public name of the book. Each module's __all__ is written by nbdev_export.
 from .fundamentals import *
+from .policies import *
+from .gym import *
 from .mathtools import *

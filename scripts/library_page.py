@@ -49,6 +49,21 @@ def cell(text):
     return text.replace('|', '\\|')
 
 
+def plain(text):
+    """Drop memory addresses from reprs so the page is the same on every run."""
+    text = re.sub(r'<(?:function|class) ([\w.]+)(?: at 0x[0-9a-fA-F]+)?>', r'\1', text)
+    return re.sub(r' at 0x[0-9a-fA-F]+', '', text)
+
+
+def describe(obj):
+    """Short description of a saved constant."""
+    if isinstance(obj, dict):
+        keys = ', '.join(map(str, list(obj)[:6])) + (', ...' if len(obj) > 6 else '')
+        return f'constant: dict of {len(obj)} ({keys})'
+    text = plain(repr(obj))
+    return f'constant: `{text if len(text) <= 80 else text[:77] + "..."}`'
+
+
 def render():
     lines = ['# The agentrl library', '',
              'Every definition that the book saves into `agentrl`, chapter by chapter. Each name is',
@@ -62,11 +77,11 @@ def render():
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj):
-                sig, summary = signature(name, obj), first_line(obj)
+                sig, summary = plain(signature(name, obj)), first_line(obj)
                 m = SECTION.search(inspect.getdoc(obj) or '')
                 where = f'{{ref}}`{m.group(1)}.{m.group(2)} <sec-{m.group(1)}-{m.group(2)}>`' if m else ''
             else:
-                sig, summary, where = name, f'constant: `{cell(repr(obj))[:80]}`', ''
+                sig, summary, where = name, describe(obj), ''
             lines.append(f'| `{cell(sig)}` | {cell(summary)} | {where} |')
         lines.append('')
     return '\n'.join(lines)

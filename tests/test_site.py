@@ -39,6 +39,7 @@ def test_site_builds_with_figures(tmp_path):
         n_figs = sum('image/png' in o.get('data', {}) for c in cells for o in c.get('outputs', []))
         page = (html / 'nbs' / f'{nb.stem}.html').read_text()
         assert len(re.findall(r'<img[^>]+\.png', page)) >= n_figs, f'{nb.stem}: figures missing'
-        assert 'mathjax/tex-mml-chtml.js' in page
+        if 'class="math' in page:
+            assert 'mathjax/tex-mml-chtml.js' in page, f'{nb.stem}: math without offline MathJax'
         assert '#| hide' not in page, f'{nb.stem}: a hidden cell is shown'
     assert (html / 'library.html').exists()
