@@ -45,8 +45,8 @@ test: venv mathjax  ## every test: unit, export drift, notebook regression, site
 execute: venv  ## re-run notebooks in place (NB=path to choose), clean, export
 	@for nb in $(NB); do echo "executing $$nb"; \
 	  $(THREADS) $(BIN)/papermill -k python3 --cwd nbs $$nb $$nb --no-progress-bar || exit 1; \
+	  $(BIN)/nbdev_clean --fname $$nb; \
 	done
-	$(BIN)/nbdev_clean --fname nbs
 	$(PY) scripts/tag_hidden.py $(NB)
 	$(BIN)/nbdev_export
 

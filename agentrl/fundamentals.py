@@ -157,11 +157,15 @@ def discounted_return(rewards, gamma):
     rewards: floating tensor [..., T], one reward per step (reward units); zero padding
       after the end of an episode leaves the result unchanged.
     gamma: discount, a real number in [0, 1] (0^0 is taken as 1, so gamma=0 returns r_0).
-    Returns a tensor [...] of the same dtype and device (a 0-d tensor for input [T]);
-    T = 0 gives zeros. Differentiable in `rewards`.
+    Returns a tensor [...] of the same dtype and device as `rewards` (a 0-d tensor for
+    input [T]); T = 0 gives zeros. The weights gamma^t and the sum are computed in float64
+    and only the result is cast back, so bf16 or float16 rewards lose precision once, at the
+    end, not at every step (300 bf16 ones at gamma 0.99 give 95.0, exact 95.096).
+    Differentiable in `rewards`.
 
     Raises TypeError if `rewards` is not a floating-point torch.Tensor or `gamma` is not a
-    real number; ValueError if `rewards` is 0-d or `gamma` lies outside [0, 1].
+    real number; ValueError if `rewards` is 0-d or holds NaN or +-inf, or if `gamma` lies
+    outside [0, 1].
 
     Source: the return of Sutton & Barto, "Reinforcement Learning: An Introduction",
     2nd ed. (2018), Section 3.3.
@@ -171,10 +175,13 @@ def discounted_return(rewards, gamma):
     _float_tensor(rewards, 'rewards', 'discounted_return', '[..., T]')
     if rewards.dim() == 0:
         raise ValueError("discounted_return: rewards must have shape [..., T] (at least one axis), got a 0-d tensor")
+    if not bool(torch.isfinite(rewards.detach()).all()):
+        raise ValueError("discounted_return: rewards must be finite, got NaN or +-inf; "
+                         "pad finished episodes with 0, not NaN")
     gamma = _real_in_unit_interval(gamma, 'gamma', 'discounted_return')
-    steps = torch.arange(rewards.shape[-1], dtype=rewards.dtype, device=rewards.device)  # [T]
-    weights = torch.full_like(steps, gamma) ** steps  # [T]: 1, gamma, gamma^2, ...
-    return (rewards * weights).sum(-1)
+    steps = torch.arange(rewards.shape[-1], dtype=torch.float64, device=rewards.device)  # [T]
+    weights = torch.full_like(steps, gamma) ** steps  # [T] float64: 1, gamma, gamma^2, ...
+    return (rewards.to(torch.float64) * weights).sum(-1).to(rewards.dtype)
 
 # %% ../nbs/02_rl_fundamentals.ipynb #c02-export-policy-eval
 def policy_evaluation(P, R, policy, gamma):
@@ -240,12 +247,15 @@ def value_iteration(P, R, gamma, iters=10_000, tol=1e-12):
 
     P: [S, A, S] and R: [S, A] as in `policy_evaluation` (terminal states have all-zero rows
     of P and zero rewards). gamma: discount in [0, 1]. iters: maximum number of sweeps
-    (int >= 1). tol: stop when max_s |V_new(s) - V(s)| < tol (a non-negative real).
+    (int >= 1). tol: stop after the first sweep with max_s |V_new(s) - V(s)| <= tol (a
+    non-negative real; tol = 0 stops only at an exact floating-point fixed point).
     Each sweep applies the Bellman optimality backup
     V(s) <- max_a [R(s, a) + gamma sum_s' P(s'|s, a) V(s')], starting from V = 0.
     Returns (V_star [S] in the dtype of P, actions [S] int64), where actions[s] is the argmax
-    of the Q-values of the last sweep; ties go to the lowest action index (torch.argmax
-    returns the first maximal entry), and terminal states get action 0.
+    of the Q-values of the last sweep; exact ties go to the lowest action index (torch.argmax
+    returns the first maximal entry), and terminal states get action 0. Near-ties are decided
+    by the residual error left when the sweeps stop (about tol), so compare Q-values with a
+    tolerance before reading a preference into the returned actions.
     For gamma < 1 the backup is a contraction and always converges. For gamma = 1 it
     converges when every policy worth following terminates (true for the repair MDP);
     if `iters` sweeps end without meeting `tol`, a RuntimeWarning is issued and the
@@ -277,8 +287,8 @@ def value_iteration(P, R, gamma, iters=10_000, tol=1e-12):
         V_next = Q.amax(-1)  # [S]
         change = (V_next - V).abs().max().item()
         V = V_next
-        if change < tol:
+        if change <= tol:
             return V, Q.argmax(-1)
     warnings.warn(f"{caller}: no convergence after {iters} sweeps (last max change {change:.3g} "
-                  f">= tol {tol}); returning the last iterate", RuntimeWarning, stacklevel=2)
+                  f"> tol {tol}); returning the last iterate", RuntimeWarning, stacklevel=2)
     return V, Q.argmax(-1)

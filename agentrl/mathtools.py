@@ -15,35 +15,40 @@ def mc_mean_and_stderr(samples):
     stderr = s / sqrt(n) and s is the unbiased (n - 1 denominator) sample
     standard deviation. Both are in the units of the samples.
 
-    Dtypes: a floating tensor keeps its dtype (float64 in, float64 out).
-    Integer and bool tensors (counts, 0/1 successes) are converted to
-    torch.get_default_dtype() (float32 unless changed) before averaging.
+    Dtypes: the mean and variance are always computed in float64. A floating
+    tensor gets its results cast back to its own dtype (float16 in, float16 out;
+    float64 in, float64 out). Integer and bool tensors (counts, 0/1 successes)
+    give float64 results, because float32 would round integers above 2^24.
     Complex tensors are rejected.
 
     Raises TypeError if `samples` is not a torch.Tensor or is complex;
     ValueError if it is 0-d, has fewer than 2 samples along the last axis
     (the unbiased variance would divide by zero and return NaN), or contains
     NaN or +-inf (the mean and stderr would be NaN or inf without warning).
+    Every message starts with "mc_mean_and_stderr:" and names `samples`.
 
     Source: the standard error of the sample mean and its central-limit
     interval (e.g. Owen, "Monte Carlo theory, methods and examples", 2013, ch. 2).
 
     Defined in Section A.1.
     """
+    caller = 'mc_mean_and_stderr'
     if not isinstance(samples, torch.Tensor):
-        raise TypeError(f"samples must be a torch.Tensor of shape [..., n], got {type(samples).__name__}")
+        raise TypeError(f"{caller}: samples must be a torch.Tensor of shape [..., n], got {type(samples).__name__}")
     if samples.is_complex():
-        raise TypeError(f"samples must be real-valued, got dtype {samples.dtype}")
+        raise TypeError(f"{caller}: samples must be real-valued, got dtype {samples.dtype}")
     if samples.dim() == 0:
-        raise ValueError("samples must have shape [..., n] with n >= 2, got a 0-d tensor")
+        raise ValueError(f"{caller}: samples must have shape [..., n] with n >= 2, got a 0-d tensor")
     n = samples.shape[-1]
     if n < 2:
-        raise ValueError(f"samples needs at least 2 samples along the last axis (shape [..., n], n >= 2), "
-                         f"got shape {tuple(samples.shape)}")
-    x = samples if samples.is_floating_point() else samples.to(torch.get_default_dtype())
-    if x.numel() == 0:                                     # empty leading axes: nothing to average
-        return x.new_zeros(x.shape[:-1]), x.new_zeros(x.shape[:-1])
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("samples contains NaN or inf; drop or repair those draws before averaging")
-    var, mean = torch.var_mean(x, dim=-1, correction=1)   # unbiased variance, [...]
-    return mean, torch.sqrt(var / n)
+        raise ValueError(f"{caller}: samples needs at least 2 samples along the last axis "
+                         f"(shape [..., n], n >= 2), got shape {tuple(samples.shape)}")
+    out_dtype = samples.dtype if samples.is_floating_point() else torch.float64
+    x = samples.to(torch.float64)                           # accumulate in float64 for every input
+    if x.numel() == 0:                                      # empty leading axes: nothing to average
+        return x.new_zeros(x.shape[:-1], dtype=out_dtype), x.new_zeros(x.shape[:-1], dtype=out_dtype)
+    if not bool(torch.isfinite(x.detach()).all()):
+        raise ValueError(f"{caller}: samples contains NaN or inf; drop or repair those draws before averaging")
+    var, mean = torch.var_mean(x, dim=-1, correction=1)    # unbiased variance, [...]
+    # both fit the input dtype: |mean| <= max|x| and stderr <= max|x| / sqrt(n - 1)
+    return mean.to(out_dtype), torch.sqrt(var / n).to(out_dtype)

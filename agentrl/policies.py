@@ -36,11 +36,22 @@ def _check_ids(ids, shape, vocab_size, name='ids'):
         raise ValueError(f"{name} must lie in [0, {vocab_size}), got min {int(ids.min())}, max {int(ids.max())}")
 
 
-def _check_finite_rows(row_stat, name='logits'):
-    "Raise if a per-row statistic (a log-sum-exp or a max) is NaN or +-inf."
-    if not bool(torch.isfinite(row_stat).all()):
-        raise ValueError(f"every row of {name} needs a finite entry and no NaN or +inf; "
-                         "a row that is all -inf is not a distribution")
+def _check_finite_rows(row_max, name='logits', offset=0):
+    """Raise ValueError naming the first bad row if a row maximum [...] is NaN or +-inf.
+
+    row_max holds one max per row of `name` (no trailing size-1 axis); offset is
+    added to the last index, for callers that check a slice of positions."""
+    bad = ~torch.isfinite(row_max)
+    if bool(bad.any()):
+        idx = [int(i) for i in bad.nonzero()[0]]
+        value = row_max[tuple(idx)].item()
+        if idx:
+            idx[-1] += offset
+        reason = ('is all -inf' if value == float('-inf') else
+                  'holds +inf' if value == float('inf') else 'holds NaN')
+        where = f"row {tuple(idx)} of {name}" if idx else name
+        raise ValueError(f"{where} {reason}; every row needs a finite entry and "
+                         "no NaN or +inf (a row that is all -inf is not a distribution)")
 
 # %% ../nbs/03_lm_policies.ipynb #c03-selected-def
 def selected_log_probs(logits, ids):
@@ -51,8 +62,11 @@ def selected_log_probs(logits, ids):
     with shape logits.shape[:-1], values in [0, V). Returns a tensor [...] of
     natural-log probabilities (nats), log softmax(logits)[..., ids], in the
     dtype of logits; it is differentiable with respect to logits. Computed as
-    logits[ids] - logsumexp(logits), so no [..., V] log-probability tensor is
-    built. A chosen id whose logit is -inf gets -inf.
+    log_softmax(logits) gathered at ids; log_softmax subtracts each row's
+    maximum before anything else, so a large common shift of the logits (1e5
+    in float32) costs no precision, and autograd keeps only that one
+    [..., V] tensor for the backward pass. A chosen id whose logit is -inf
+    gets -inf.
 
     Raises TypeError if an argument is not a tensor; ValueError if logits is
     not floating point, ids is not torch.long, the shapes disagree, an id is
@@ -65,10 +79,9 @@ def selected_log_probs(logits, ids):
     """
     _check_logits(logits)
     _check_ids(ids, logits.shape[:-1], logits.shape[-1])
-    lse = torch.logsumexp(logits, dim=-1)                       # [...]
-    _check_finite_rows(lse)
-    chosen = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1)   # [...]
-    return chosen - lse                                         # [...] = log softmax(logits)[ids]
+    _check_finite_rows(logits.detach().amax(dim=-1))            # [...]: a finite entry, no NaN/+inf
+    logp = torch.log_softmax(logits, dim=-1)                    # [..., V], (z - max) - log sum exp(z - max)
+    return logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)       # [...] = log softmax(logits)[ids]
 
 # %% ../nbs/03_lm_policies.ipynb #c03-entropy-def
 def entropy_from_logits(logits):
@@ -76,10 +89,12 @@ def entropy_from_logits(logits):
 
     logits: floating tensor [..., V]; -inf marks an excluded token, which
     contributes exactly 0 (never NaN) to the value and to the gradient.
-    Returns the entropy in nats, [...] in the dtype of logits, computed
-    stably as logsumexp(logits) - sum(softmax(logits) * logits). A row with
-    a single finite entry has entropy exactly 0; a uniform row over k finite
-    entries has entropy log k. Differentiable with respect to logits.
+    Returns the entropy in nats, [...] in the dtype of logits, computed as
+    logsumexp(z) - sum(softmax(z) * z) on z = logits - (row max), which has
+    the same softmax; the shift keeps both terms in [0, log V], so a large
+    common offset of the logits (1e5 in float32) costs no precision. A row
+    with a single finite entry has entropy exactly 0; a uniform row over k
+    finite entries has entropy log k. Differentiable with respect to logits.
 
     Raises TypeError if logits is not a tensor; ValueError if it is not
     floating point, has no last axis, or has a row that is all -inf or holds
@@ -91,20 +106,34 @@ def entropy_from_logits(logits):
     Defined in Section 3.2.
     """
     _check_logits(logits)
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)         # [..., 1]
-    _check_finite_rows(lse)
-    probs = torch.exp(logits - lse)                             # [..., V], exactly 0 where -inf
-    finite = logits.masked_fill(torch.isneginf(logits), 0.0)    # [..., V], so 0 * (-inf) never occurs
+    m = logits.amax(dim=-1, keepdim=True).detach()              # [..., 1], the row max
+    _check_finite_rows(m.squeeze(-1))
+    z = logits - m                                              # [..., V], <= 0, same softmax
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)              # [..., 1], in [0, log V]
+    probs = torch.exp(z - lse)                                  # [..., V], exactly 0 where -inf
+    finite = z.masked_fill(torch.isneginf(z), 0.0)              # [..., V], so 0 * (-inf) never occurs
     return lse.squeeze(-1) - (probs * finite).sum(-1)           # [...]
 
 # %% ../nbs/03_lm_policies.ipynb #c03-sampling-def
+def _as_number(x):
+    "A 0-d real (non-bool) tensor as a Python number; anything else unchanged."
+    if isinstance(x, torch.Tensor) and x.dim() == 0 and x.dtype != torch.bool and not x.is_complex():
+        return x.item()
+    return x
+
+
 def _check_sampling_args(temperature, top_p):
-    "Raise ValueError unless 0 < temperature < inf and 0 < top_p <= 1."
+    """Check 0 < temperature < inf and 0 < top_p <= 1 -> (temperature, top_p) as Python numbers.
+
+    A 0-d tensor counts as its number; raise ValueError otherwise."""
+    temperature, top_p = _as_number(temperature), _as_number(top_p)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
             or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        raise ValueError(f"temperature must be a finite number > 0 (a Python number or a 0-d tensor), "
+                         f"got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+        raise ValueError(f"top_p must be a number in (0, 1] (a Python number or a 0-d tensor), got {top_p!r}")
+    return temperature, top_p
 
 
 def _nucleus(logp, top_p):
@@ -119,9 +148,10 @@ def _nucleus(logp, top_p):
 def sampling_log_probs(logits, temperature=1.0, top_p=1.0):
     """Log-probs of the distribution actually sampled from: [..., V] -> [..., V], -inf = excluded.
 
-    logits: floating tensor [..., V]. temperature: finite number > 0; the
-    logits are divided by it (after subtracting each row's max, so a tiny
-    temperature never overflows). top_p: number in (0, 1]; below 1 only the
+    logits: floating tensor [..., V]. temperature: finite number > 0 (a
+    0-d tensor is read as its number); the logits are divided by it (after
+    subtracting each row's max, so a tiny temperature never overflows).
+    top_p: number in (0, 1] (or a 0-d tensor); below 1 only the
     smallest set of highest-probability tokens (under the tempered
     distribution) whose cumulative mass is >= top_p is kept, at least one
     token always; ties at the boundary keep the lower id first (stable sort).
@@ -141,9 +171,9 @@ def sampling_log_probs(logits, temperature=1.0, top_p=1.0):
     Defined in Section 3.3.
     """
     _check_logits(logits)
-    _check_sampling_args(temperature, top_p)
+    temperature, top_p = _check_sampling_args(temperature, top_p)
     row_max = logits.amax(dim=-1, keepdim=True).detach()        # [..., 1]
-    _check_finite_rows(row_max)
+    _check_finite_rows(row_max.squeeze(-1))
     z = (logits - row_max) / temperature                         # [..., V], every entry <= 0
     logp = torch.log_softmax(z, dim=-1)                          # [..., V]
     if top_p < 1.0:
@@ -285,8 +315,14 @@ class TinyAgent(nn.Module):
 
     ids: torch.long [B, T], values in [0, V), T <= max_len (counting cached
     tokens when positions are implicit). position_ids: torch.long [B, T] in
-    [0, max_len); default past + 0..T-1, or with a cache each row's next
-    position. attention_mask: None (causal only); [B, T] bool or 0/1 ints,
+    [0, max_len). Default: each row continues from its start (0, or with a
+    cache the row's next position) and counts only REAL tokens when a 2-D
+    attention_mask is given, i.e. start + cumsum(mask) - 1 (pads reuse a
+    neighbouring position), so left or right padding, also inside a cached
+    decode, never shifts a real token's position; with no mask, start +
+    0..T-1. With a cache, a row's next position is one past its last real
+    token (an all-padding chunk leaves it unchanged). attention_mask: None
+    (causal only); [B, T] bool or 0/1 ints,
     1 = real token, 0 = padding no query may attend to (with a cache either
     [B, T] for the new tokens or [B, S] for cached + new); or a bool [B, T, S]
     "may attend" matrix combined with causality. S = cached + new tokens.
@@ -331,13 +367,20 @@ class TinyAgent(nn.Module):
         "An empty KVCache for this model; pass it as kv_cache= and it fills in place."
         return KVCache(self.config.n_layers)
 
-    def _positions(self, B, T, past, position_ids, cache):
+    @staticmethod
+    def _start(B, past, cache):
+        "Each row's first implicit position [B]: the cache's next position, else past."
+        if cache is not None and cache.next_pos is not None:
+            return cache.next_pos                                            # [B]
+        return torch.full((B,), past, dtype=torch.long)                      # [B]
+
+    def _positions(self, B, T, past, position_ids, cache, real=None):
         if position_ids is None:
-            if cache is not None and cache.next_pos is not None:
-                start = cache.next_pos                                       # [B]
-            else:
-                start = torch.full((B,), past, dtype=torch.long)             # [B]
-            position_ids = start.unsqueeze(1) + torch.arange(T)              # [B, T]
+            start = self._start(B, past, cache)                              # [B]
+            if real is None:
+                position_ids = start.unsqueeze(1) + torch.arange(T)          # [B, T]
+            else:                                                            # count real tokens only
+                position_ids = start.unsqueeze(1) + (real.long().cumsum(-1) - 1).clamp(min=0)
         elif not isinstance(position_ids, torch.Tensor) or position_ids.dtype != torch.long \
                 or tuple(position_ids.shape) != (B, T):
             raise ValueError(f"position_ids must be a torch.long tensor of shape [{B}, {T}]")
@@ -409,15 +452,22 @@ class TinyAgent(nn.Module):
             past = kv_cache.length
             if past and kv_cache.keys[0].shape[0] != B:
                 raise ValueError(f"kv_cache holds batch size {kv_cache.keys[0].shape[0]}, ids has {B}")
-        pos = self._positions(B, T, past, position_ids, kv_cache)               # [B, T]
         allowed, key_mask = self._allowed(B, T, past, attention_mask, kv_cache)  # [B, T, S]
+        real = None if key_mask is None else key_mask[:, past:]                 # [B, T] bool: real new tokens
+        pos = self._positions(B, T, past, position_ids, kv_cache, real)         # [B, T]
         x = self.tok_emb(ids) + self.pos_emb(pos)                  # [B, T, D]
         for i, block in enumerate(self.blocks):
             x = block(x, allowed, kv_cache, i)                     # [B, T, D]
         if kv_cache is not None:
+            if real is None:
+                next_pos = pos[:, -1] + 1                          # [B]
+            else:                                                  # one past each row's last real token
+                last = T - 1 - real.long().flip(-1).argmax(-1)     # [B] column of the last real token
+                next_pos = torch.where(real.any(-1), pos.gather(1, last[:, None]).squeeze(1) + 1,
+                                       self._start(B, past, kv_cache))
             kv_cache.length += T
             kv_cache.key_mask = key_mask                           # [B, S] or None
-            kv_cache.next_pos = pos[:, -1] + 1                     # [B]
+            kv_cache.next_pos = next_pos                           # [B]
         return self.ln_f(x)                                        # [B, T, D]
 
     def forward(self, ids, position_ids=None, attention_mask=None, kv_cache=None):
@@ -460,16 +510,20 @@ def chunked_log_probs(hidden, weight, ids, chunk_size=128):
     dtype of hidden. Index contract: ids[:, t] is the id scored with
     hidden[:, t] (same length T; the caller shifts, e.g. hidden[:, :-1] with
     ids[:, 1:]). The loop runs over chunks of chunk_size positions, so at most
-    [B, chunk_size, V] logits exist at a time in the forward pass. Values and
-    gradients (w.r.t. hidden and weight) equal selected_log_probs(hidden @
-    weight.T, ids). Note: with autograd on, each chunk's logits are saved for
-    the backward pass, so training memory still grows with B * T * V
-    (Chapter 14 recomputes them instead). No temperature is applied.
+    [B, chunk_size, V] logits (and their log-softmax) exist at a time in the
+    forward pass. Values and gradients (w.r.t. hidden and weight) equal
+    selected_log_probs(hidden @ weight.T, ids). Note: with autograd on, each
+    chunk's log-softmax is saved for the backward pass, so training memory
+    still grows with B * T * V (Chapter 14 recomputes it instead). No
+    temperature is applied.
+
+    T = 0 gives an empty [B, 0] result. Each chunk is scored with
+    log_softmax, stable under a large shift, as in selected_log_probs.
 
     Raises TypeError for a non-tensor ids; ValueError if hidden is not a
     floating [B, T, D] tensor, weight not a floating [V, D] tensor, ids not
     torch.long [B, T] in [0, V), chunk_size not a positive int, or a row of
-    logits is not finite.
+    logits is not finite (the message names the row (b, t)).
 
     Source: the chunked/fused output-layer idea of memory-efficient LLM
     losses, e.g. Wijmans et al., "Cut Your Losses in Large-Vocabulary
@@ -488,11 +542,12 @@ def chunked_log_probs(hidden, weight, ids, chunk_size=128):
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     _check_ids(ids, (B, T), weight.shape[0])
+    if T == 0:
+        return hidden.sum(-1)                                                # [B, 0], still in the graph
     out = []
     for s in range(0, T, chunk_size):
-        logits = F.linear(hidden[:, s:s + chunk_size], weight)              # [B, c, V]: the only big tensor
-        lse = torch.logsumexp(logits, dim=-1)                                # [B, c]
-        _check_finite_rows(lse, 'hidden @ weight.T')
-        chosen = logits.gather(-1, ids[:, s:s + chunk_size, None]).squeeze(-1)  # [B, c]
-        out.append(chosen - lse)
+        logits = F.linear(hidden[:, s:s + chunk_size], weight)              # [B, c, V]: a chunk only
+        _check_finite_rows(logits.detach().amax(dim=-1), 'hidden @ weight.T', offset=s)
+        # log-softmax [B, c, V] kept in no variable, so it is freed (or saved for backward) at once
+        out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[:, s:s + chunk_size, None]).squeeze(-1))
     return torch.cat(out, dim=1)                                             # [B, T]

@@ -199,6 +199,23 @@ def test_discounted_return_gradient_is_the_discount():
     assert torch.allclose(r.grad, torch.tensor([1, 0.5, 0.25, 0.125, 0.0625], dtype=torch.float64))
 
 
+def test_discounted_return_low_precision_sums_in_float64():
+    # closed form of a geometric series: sum_{t<300} 0.99^t = (1 - 0.99^300) / (1 - 0.99) = 95.0959...
+    exact = (1 - 0.99 ** 300) / (1 - 0.99)
+    for dtype, resolution in [(torch.bfloat16, 0.5), (torch.float16, 0.07), (torch.float32, 1e-4)]:
+        got = discounted_return(torch.ones(300, dtype=dtype), 0.99)
+        assert got.dtype == dtype
+        assert abs(got.item() - exact) <= resolution      # one rounding of the result, not 300
+    assert abs(discounted_return(torch.ones(300, dtype=torch.bfloat16), 0.99).item() - 83.0) > 10
+
+
+def test_discounted_return_rejects_non_finite_rewards():
+    for value in [float('nan'), float('inf'), float('-inf')]:
+        rewards = torch.tensor([[0.0, 1.0], [value, 0.0]])
+        with pytest.raises(ValueError, match='rewards'):
+            discounted_return(rewards, 0.9)
+
+
 def test_discounted_return_bad_input():
     with pytest.raises(TypeError, match='rewards'):
         discounted_return([0.0, 1.0], 0.9)
@@ -431,6 +448,31 @@ def test_value_iteration_warns_without_convergence():
         warnings.simplefilter('error')
         V, _ = value_iteration(P, R, 0.5)                                   # contraction: converges to 2
     assert math.isclose(V.item(), 2.0, abs_tol=1e-11)
+
+
+def test_value_iteration_tol_is_inclusive():
+    # one live state whose only action pays 1 and ends the episode: V = [1, 0] after one sweep,
+    # whose change is exactly 1; with iters=1 and tol=1 that sweep must count as converged
+    P = torch.zeros(2, 1, 2, dtype=torch.float64)
+    P[0, 0, 1] = 1.0
+    R = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        V, actions = value_iteration(P, R, 1.0, iters=1, tol=1.0)
+        assert V.tolist() == [1.0, 0.0] and actions.tolist() == [0, 0]
+        V, _ = value_iteration(P, R, 1.0, tol=0)                   # second sweep changes nothing
+        assert V.tolist() == [1.0, 0.0]
+
+
+def test_value_iteration_tol_zero_reaches_exact_fixed_point():
+    # stay with probability 0.5, end with 0.5, reward 1 per step: V = 1 / (1 - 0.5) = 2 at gamma 1
+    P = torch.zeros(2, 1, 2, dtype=torch.float64)
+    P[0, 0, 0] = P[0, 0, 1] = 0.5
+    R = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        V, _ = value_iteration(P, R, 1.0, tol=0)
+    assert V[0].item() == 2.0
 
 
 def test_value_iteration_bad_input():

@@ -142,7 +142,8 @@ def test_run_tests_outside_main_thread_and_untimed(monkeypatch):
     src = 'def f(x):\n    return x + 1\n'
     box = []
     worker = threading.Thread(target=lambda: box.append(run_tests(src, [((1,), 2), ((2,), 2)], 'f')))
-    worker.start(); worker.join(5)
+    with pytest.warns(RuntimeWarning, match='TIME_LIMIT is not enforced'):
+        worker.start(); worker.join(5)
     assert box == [[(True, 2), (False, 3)]]
     monkeypatch.setattr(m, 'TIME_LIMIT', 0)
     assert run_tests(src, [((1,), 2)], 'f') == [(True, 2)]
@@ -655,3 +656,90 @@ def test_oracle_episodes_are_short():
             words += len(a.split()) + len(o.split())
             obs.append(o)
         assert words < 150
+
+
+# ---------------------------------------------------------------- review fixes
+@pytest.mark.parametrize('word', ['for', 'None', 'True', 'class', 'lambda', 'return'])
+def test_renamed_rejects_keywords(word):
+    with pytest.raises(ValueError, match=f"new_name.*'{word}'"):
+        TRAIN[0].renamed(word)
+
+
+def test_renamed_rebuilds_prompt_and_chains():
+    t = TRAIN[0]
+    r = t.renamed('test').renamed('foo')
+    assert r.prompt == 'fix the bug in foo . tools : read edit test submit'   # tool list intact
+    assert r.fn_name == 'foo' and 'def foo(' in r.buggy and 'test' not in r.buggy
+    assert passes(r.fixed, r.public + r.hidden, 'foo')
+    assert t.renamed('read').prompt == 'fix the bug in read . tools : read edit test submit'
+
+
+def test_task_prompt_word_count():
+    # by hand: fix, the, bug, in, clamp, '.', tools, ':', read, edit, test, submit
+    assert len(m.task_prompt('clamp').split()) == 12
+
+
+def test_task_tests_are_tuples_and_task_is_hashable():
+    t = TRAIN[0]
+    assert isinstance(t.public, tuple) and isinstance(t.hidden, tuple)
+    assert len(set(ALL)) == 80 and len({t: 1, dataclasses.replace(t): 2}) == 1
+    with pytest.raises(AttributeError):
+        t.public.append(((0, 0, 0), 0))
+    built = Task(**{**t.__dict__, 'public': list(t.public), 'hidden': list(t.hidden)})
+    assert built == t and hash(built) == hash(t) and isinstance(built.public, tuple)
+    assert t.public[0] == tuple(t.public)[0] and list(t.public + t.hidden)[3] == t.hidden[0]
+    for bad in ([((1, 2, 3),)], [([1, 2, 3], 1)], 'abc'):
+        with pytest.raises(ValueError, match='public'):
+            Task(**{**t.__dict__, 'public': bad})
+
+
+@pytest.mark.parametrize('value', [float('nan'), float('inf'), 'x', None, [1.0]])
+def test_reward_fn_must_return_a_finite_number(value):
+    env = BugFixEnv(reward_fn=lambda info: value)
+    env.reset(TRAIN[0])
+    with pytest.raises(ValueError, match='reward_fn'):
+        env.step('<call> submit </call>')
+
+
+def test_reward_fn_numbers_accepted():
+    for value, want in [(1, 1.0), (True, 1.0), (0.25, 0.25)]:
+        env = BugFixEnv(reward_fn=lambda info, v=value: v)
+        env.reset(TRAIN[0])
+        _, reward, done, _ = env.step('<call> submit </call>')
+        assert done and reward == want and type(reward) is float
+
+
+def test_apply_tool_non_string_arguments_are_invalid_calls():
+    t = TRAIN[0]
+    for call, key in [(('edit', ['x']), 'unknown_op'), (('edit', 3), 'unknown_op'),
+                      ((['read'], None), 'unknown_tool'), ((None, None), 'unknown_tool')]:
+        obs, src, event = apply_tool(t, t.buggy, call)
+        assert (obs, src, event) == (m.GYM_MESSAGES[key], t.buggy, 'invalid')
+    env = BugFixEnv()
+    env.reset(t)
+    assert env.act(('edit', ['x'])) == (m.GYM_MESSAGES['unknown_op'], 'invalid')
+    assert env.source == t.buggy and env.ops == []
+
+
+def test_run_tests_outside_main_thread_warns():
+    box = []
+    with pytest.warns(RuntimeWarning, match='main thread'):
+        worker = threading.Thread(target=lambda: box.append(run_tests('def f(x):\n    return x\n',
+                                                                        [((1,), 1)], 'f')))
+        worker.start(); worker.join(5)
+    assert box == [[(True, 1)]]
+
+
+@pytest.mark.timeout(10)
+def test_module_level_loop_is_timed():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip('the CPU timer only works in the main thread')
+    src = 'n = 0\nwhile True:\n    n = n + 1\ndef f(x):\n    return x\n'
+    start = time.perf_counter()
+    res = run_tests(src, [((1,), 1), ((2,), 2)], 'f')
+    assert time.perf_counter() - start < 4 * m.TIME_LIMIT + 1.0
+    assert all(not ok and isinstance(got, TimeoutError) for ok, got in res)
+    assert run_tests(src, [((1,), 1)], 'f')[0][1] is res[0][1]        # cached: not run again
+    end = time.process_time() + 3 * m.TIME_LIMIT      # a stray armed timer would fire here
+    while time.process_time() < end:
+        pass

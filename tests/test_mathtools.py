@@ -64,13 +64,36 @@ def test_float32_kept():
     assert mean.dtype == torch.float32 and se.dtype == torch.float32
 
 
-def test_integer_and_bool_converted_to_default_dtype():
+def test_integer_and_bool_give_float64():
     mean, se = mc_mean_and_stderr(torch.tensor([0, 1, 1, 0, 1]))
-    assert mean.dtype == torch.get_default_dtype()
-    assert mean.item() == pytest.approx(0.6)
-    assert se.item() == pytest.approx(math.sqrt(0.3 / 5), rel=1e-6)   # s^2 = 1.2/4
+    assert mean.dtype == torch.float64 and se.dtype == torch.float64
+    assert mean.item() == pytest.approx(0.6, abs=1e-15)
+    assert se.item() == pytest.approx(math.sqrt(0.3 / 5), rel=1e-12)   # s^2 = 1.2/4
     mean_b, se_b = mc_mean_and_stderr(torch.tensor([False, True, True, False, True]))
+    assert mean_b.dtype == torch.float64
     assert mean_b.item() == pytest.approx(0.6) and se_b.item() == pytest.approx(se.item())
+
+
+def test_large_integers_keep_full_precision():
+    # float32 stores only multiples of 4 near 2^25; by hand: mean 2^25 + 2, s^2 = (1 + 1)/1 = 2, se = sqrt(2/2) = 1
+    mean, se = mc_mean_and_stderr(torch.tensor([2 ** 25 + 1, 2 ** 25 + 3]))
+    assert mean.dtype == torch.float64
+    assert mean.item() == 33554434.0
+    assert se.item() == 1.0
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_precision_accumulates_in_float64(dtype):
+    # squares of +-1000 overflow float16 (max 65504); by hand s^2 = 2e6, se = sqrt(2e6 / 2) = 1000
+    mean, se = mc_mean_and_stderr(torch.tensor([-1000.0, 1000.0], dtype=dtype))
+    assert mean.dtype == dtype and se.dtype == dtype
+    assert mean.item() == 0.0
+    assert se.item() == 1000.0
+    # 1000 draws of 0.1 summed in float16 would drift; the float64 loop is the reference
+    x = torch.full((1000,), 0.1, dtype=dtype)
+    ref_mean, _ = loop_mean_stderr(x.double().tolist())
+    mean, se = mc_mean_and_stderr(x)
+    assert mean.item() == ref_mean and se.item() == 0.0
 
 
 def test_stderr_tracks_sigma_over_sqrt_n():
@@ -93,22 +116,22 @@ def test_differentiable():
 
 @pytest.mark.parametrize('bad', [[1.0, 2.0], (1.0, 2.0), 3.0])
 def test_non_tensor_raises_type_error(bad):
-    with pytest.raises(TypeError, match='samples'):
+    with pytest.raises(TypeError, match='^mc_mean_and_stderr: samples'):
         mc_mean_and_stderr(bad)
 
 
 def test_complex_raises_type_error():
-    with pytest.raises(TypeError, match='samples'):
+    with pytest.raises(TypeError, match='^mc_mean_and_stderr: samples'):
         mc_mean_and_stderr(torch.tensor([1 + 1j, 2 + 0j]))
 
 
 @pytest.mark.parametrize('bad', [torch.tensor(1.0), torch.tensor([5.0]), torch.ones(3, 1), torch.ones(3, 0)])
 def test_too_few_samples_raise_value_error(bad):
-    with pytest.raises(ValueError, match='samples'):
+    with pytest.raises(ValueError, match='^mc_mean_and_stderr: samples'):
         mc_mean_and_stderr(bad)
 
 
 @pytest.mark.parametrize('value', [float('nan'), float('inf'), float('-inf')])
 def test_non_finite_raises_value_error(value):
-    with pytest.raises(ValueError, match='samples'):
+    with pytest.raises(ValueError, match='^mc_mean_and_stderr: samples'):
         mc_mean_and_stderr(torch.tensor([[1.0, 2.0], [value, 0.0]]))

@@ -464,3 +464,160 @@ def test_chunked_bad_input():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match='chunk_size'):
             m.chunked_log_probs(h, W, ids, chunk_size=bad)
+
+
+# ----------------------------------------------------------------------------- review fixes
+def py_entropy(row):
+    "Entropy of softmax(row) in plain Python floats (float64), -inf entries allowed."
+    return -sum(math.exp(lp) * lp for lp in py_log_softmax(row) if lp != NINF)
+
+
+@pytest.mark.parametrize('shift', [1e3, 1e4, 1e5])
+def test_large_shift_keeps_float32_precision(shift):
+    base = [0.0, 0.0, -1.0, -2.0]
+    z = torch.tensor(base, dtype=torch.float32) + shift          # every entry exact in float32
+    assert z.tolist() == [b + shift for b in base]
+    # closed form: p = (e, e, 1, e^-1) / (2e + 1 + e^-1) after multiplying by e
+    w = [1.0, 1.0, math.exp(-1.0), math.exp(-2.0)]
+    zsum = sum(w)
+    h_closed = -sum(x / zsum * math.log(x / zsum) for x in w)
+    assert abs(h_closed - 1.1727) < 1e-4
+    assert abs(m.entropy_from_logits(z).item() - h_closed) < 1e-5
+    assert m.entropy_from_logits(z).item() <= math.log(4) + 1e-6
+    got = m.selected_log_probs(z.expand(4, 4), torch.arange(4))
+    want = [math.log(x / zsum) for x in w]
+    assert max(abs(a - b) for a, b in zip(got.tolist(), want)) < 1e-5
+    # random row in float32 against a float64 plain-Python reference on the same float32 values
+    g = torch.Generator().manual_seed(3)
+    r = (torch.randn(2, 50, generator=g) * 3).float() + shift
+    r[1, 7:20] = NINF
+    for row, h in zip(r.tolist(), m.entropy_from_logits(r).tolist()):
+        assert abs(h - py_entropy(row)) < 1e-4
+    ids = torch.tensor([3, 30])
+    for b, lp in enumerate(m.selected_log_probs(r, ids).tolist()):
+        assert abs(lp - py_log_softmax(r[b].tolist())[ids[b]]) < 1e-4
+    # chunked: logits = weight @ hidden with hidden = (1, 1) and weight rows (base_v, shift): exact sums
+    W = torch.tensor([[b_, shift] for b_ in base], dtype=torch.float32)      # [V=4, D=2]
+    hid = torch.ones(1, 3, 2)                                                 # [B=1, T=3, D=2]
+    out = m.chunked_log_probs(hid, W, torch.tensor([[0, 2, 3]]), chunk_size=2)
+    assert max(abs(a - want[i]) for a, i in zip(out[0].tolist(), [0, 2, 3])) < 1e-5
+
+
+def test_large_shift_gradients_finite_and_zero_on_masked():
+    z = (torch.tensor([0.0, 0.0, -1.0, NINF]) + 1e5).requires_grad_(True)
+    m.entropy_from_logits(z).backward()
+    assert torch.isfinite(z.grad).all() and z.grad[3].item() == 0.0
+    # dH/dz_i = -p_i (log p_i + H), closed form in float64 on the finite entries
+    w = [1.0, 1.0, math.exp(-1.0)]
+    p = [x / sum(w) for x in w]
+    H = -sum(q * math.log(q) for q in p)
+    for i in range(3):
+        assert abs(z.grad[i].item() - (-p[i] * (math.log(p[i]) + H))) < 1e-5
+    y = (torch.tensor([0.0, 0.0, -1.0, NINF]) + 1e5).requires_grad_(True)
+    m.selected_log_probs(y, torch.tensor(2)).backward()
+    assert torch.isfinite(y.grad).all()
+    assert max(abs(a - b) for a, b in zip(y.grad.tolist(), [-p[0], -p[1], 1 - p[2], 0.0])) < 1e-5
+
+
+def test_error_names_the_bad_row():
+    with pytest.raises(ValueError, match=r'^logits is all -inf'):      # a single row: no index
+        m.entropy_from_logits(torch.full((3,), NINF))
+    z = torch.zeros(3, 4)
+    z[2] = NINF
+    with pytest.raises(ValueError, match=r'row \(2,\) of logits is all -inf'):
+        m.entropy_from_logits(z)
+    z = torch.zeros(2, 3, 4)
+    z[1, 2, 0] = float('nan')
+    with pytest.raises(ValueError, match=r'row \(1, 2\) of logits holds NaN'):
+        m.selected_log_probs(z, torch.zeros(2, 3, dtype=torch.long))
+    z = torch.zeros(2, 4)
+    z[0, 1] = float('inf')
+    with pytest.raises(ValueError, match=r'row \(0,\) of logits holds \+inf'):
+        m.sampling_log_probs(z)
+    # chunked names (b, t) in the full sequence, not within the chunk
+    hid = torch.ones(2, 5, 2)
+    hid[1, 4] = float('nan')
+    with pytest.raises(ValueError, match=r'row \(1, 4\) of hidden @ weight.T'):
+        m.chunked_log_probs(hid, torch.ones(3, 2), torch.zeros(2, 5, dtype=torch.long), chunk_size=2)
+
+
+def test_chunked_log_probs_empty_sequence():
+    hid = torch.zeros(3, 0, 4, requires_grad=True)
+    out = m.chunked_log_probs(hid, torch.zeros(5, 4), torch.zeros(3, 0, dtype=torch.long))
+    assert out.shape == (3, 0) and out.dtype == torch.float32
+    out.sum().backward()                                   # still part of the graph
+    assert hid.grad.shape == (3, 0, 4)
+
+
+def test_zero_dim_tensor_temperature_and_top_p():
+    z = torch.tensor([[1.0, 0.0, -1.0, 2.0]])
+    want = m.sampling_log_probs(z, 0.7, 0.9)
+    assert torch.equal(m.sampling_log_probs(z, torch.tensor(0.7), torch.tensor(0.9)), want)
+    ids, lp = m.sample_next(z, torch.tensor(0.7), 0.9, torch.Generator().manual_seed(0))
+    assert torch.equal(lp, want[0, ids])
+    with pytest.raises(ValueError, match='temperature'):
+        m.sampling_log_probs(z, torch.tensor(0.0))
+    with pytest.raises(ValueError, match='temperature'):
+        m.sampling_log_probs(z, torch.tensor([0.7]))          # not 0-d
+    with pytest.raises(ValueError, match='temperature'):
+        m.sampling_log_probs(z, torch.tensor(True))
+    with pytest.raises(ValueError, match='top_p'):
+        m.sampling_log_probs(z, 1.0, torch.tensor(1.5))
+
+
+def _agent(V=32):
+    torch.manual_seed(0)
+    return m.TinyAgent(vocab_size=V, max_len=64).eval()
+
+
+def test_lockstep_decode_with_ragged_chunks_matches_rows_alone():
+    agent = _agent()
+    g = torch.Generator().manual_seed(5)
+    prompt = torch.randint(1, 32, (3, 4), generator=g)
+    lens = [[3, 1, 2], [1, 1, 1], [1, 4, 2], [1, 1, 1]]        # observation, token, observation, token
+    plan = [[torch.randint(1, 32, (n,), generator=g) for n in step] for step in lens]
+    rows = [torch.cat([prompt[b]] + [step[b] for step in plan]) for b in range(3)]
+    with torch.no_grad():
+        cache = agent.new_cache()
+        outs = [[o] for o in agent(prompt, kv_cache=cache)]
+        expect_next = [4, 4, 4]
+        for step in plan:
+            k = max(len(x) for x in step)
+            feed = torch.stack([torch.cat([x, torch.zeros(k - len(x), dtype=torch.long)]) for x in step])
+            mask = torch.tensor([[1] * len(x) + [0] * (k - len(x)) for x in step])   # 0/1 ints
+            out = agent(feed, attention_mask=mask, kv_cache=cache)
+            for b, x in enumerate(step):
+                outs[b].append(out[b, :len(x)])
+                expect_next[b] += len(x)                      # one past the last real token
+            assert cache.next_pos.tolist() == expect_next
+        for b in range(3):
+            alone = agent(rows[b][None])[0]                   # unpadded, no cache
+            assert (torch.cat(outs[b]) - alone).abs().max().item() < 1e-5
+
+
+def test_masked_positions_without_cache_and_all_pad_chunk():
+    agent = _agent()
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randint(1, 32, (7,), generator=g), torch.randint(1, 32, (4,), generator=g)
+    with torch.no_grad():
+        # left padding with the mask alone: positions are derived from the mask
+        batch = torch.stack([a, torch.cat([torch.zeros(3, dtype=torch.long), b])])
+        mask = torch.tensor([[1] * 7, [0] * 3 + [1] * 4])
+        out = agent(batch, attention_mask=mask)
+        assert (out[0] - agent(a[None])[0]).abs().max().item() < 1e-5
+        assert (out[1, 3:] - agent(b[None])[0]).abs().max().item() < 1e-5
+        # an all-padding chunk for one row leaves that row's next position unchanged
+        cache = agent.new_cache()
+        agent(torch.stack([a[:4], b]), kv_cache=cache)
+        agent(torch.stack([a[4:6], torch.zeros(2, dtype=torch.long)]), attention_mask=torch.tensor([[1, 1], [0, 0]]),
+              kv_cache=cache)
+        assert cache.next_pos.tolist() == [6, 4]
+        last = agent(torch.stack([a[6:7], b[:1]]), kv_cache=cache)[:, -1]
+        assert (last[0] - agent(a[None])[0, -1]).abs().max().item() < 1e-5
+        assert (last[1] - agent(torch.cat([b, b[:1]])[None])[0, -1]).abs().max().item() < 1e-5
+        # explicit positions are used as given; next position follows the last real token
+        cache = agent.new_cache()
+        agent(torch.stack([a[:3], torch.cat([b[:1], torch.zeros(2, dtype=torch.long)])]),
+              position_ids=torch.tensor([[0, 1, 2], [0, 9, 9]]),
+              attention_mask=torch.tensor([[1, 1, 1], [1, 0, 0]]), kv_cache=cache)
+        assert cache.next_pos.tolist() == [3, 1]
