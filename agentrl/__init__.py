@@ -4,4 +4,8 @@ __version__ = "0.1.0"
 from .fundamentals import *
 from .policies import *
 from .gym import *
+from .trajectories import *
+from .policy_gradient import *
+from .advantages import *
+from .ppo import *
 from .mathtools import *
