@@ -13,28 +13,9 @@ import torch
 import torch.nn as nn
 
 from .policies import TinyAgent
-from .policy_gradient import masked_mean
+from .policy_gradient import _check_float, _check_mask, masked_mean
 
 # %% ../nbs/07_advantages.ipynb #c07-checks
-def _floating(x, name, caller, shape_text):
-    "Raise unless x is a floating torch tensor."
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{caller}: {name} must be a floating torch.Tensor {shape_text}, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{caller}: {name} must be a floating tensor {shape_text}, got dtype {x.dtype}")
-
-
-def _as_mask(mask, shape, caller, name='mask'):
-    "Raise unless mask is a tensor of exactly `shape` holding only 0 and 1; return it as bool."
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{caller}: {name} must be a torch.Tensor {list(shape)} of 0/1, got {type(mask).__name__}")
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{caller}: {name} must have shape {list(shape)}, got {list(mask.shape)}")
-    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError(f"{caller}: {name} must hold only 0 and 1")
-    return mask.bool()
-
-
 def _unit_interval(x, name, caller):
     "Raise unless x is a real number in [0, 1]; return it as a float."
     if isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0.0 <= float(x) <= 1.0:
@@ -46,14 +27,15 @@ def _token_tensors(caller, mask, **tensors):
     "Check floating [B, T] tensors of one shape and a 0/1 mask of that shape; finite on the mask. -> bool mask."
     shape = None
     for name, x in tensors.items():
-        _floating(x, name, caller, '[B, T]')
+        _check_float(x, name, caller, '[B, T]')
         if x.dim() != 2:
             raise ValueError(f"{caller}: {name} must have shape [B, T], got {list(x.shape)}")
         if shape is None:
             shape, first = tuple(x.shape), name
         elif tuple(x.shape) != shape:
             raise ValueError(f"{caller}: {name} must have the shape of {first}, {list(shape)}, got {list(x.shape)}")
-    keep = _as_mask(mask, shape, caller)
+    _check_mask(mask, shape, caller=caller)
+    keep = mask.bool()
     for name, x in tensors.items():
         if not bool(torch.isfinite(x[keep]).all()):
             raise ValueError(f"{caller}: {name} must be finite where mask is 1 (policy tokens)")
@@ -81,14 +63,15 @@ def outcome_rewards(rewards, mask):
 
     Defined in Section 7.1.
     """
-    _floating(rewards, 'rewards', 'outcome_rewards', '[B]')
+    _check_float(rewards, 'rewards', 'outcome_rewards', '[B]')
     if rewards.dim() != 1:
         raise ValueError(f"outcome_rewards: rewards must have shape [B], got {list(rewards.shape)}")
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"outcome_rewards: mask must be a torch.Tensor [B, T] of 0/1, got {type(mask).__name__}")
     if mask.dim() != 2:
         raise ValueError(f"outcome_rewards: mask must have shape [B={rewards.shape[0]}, T], got {list(mask.shape)}")
-    keep = _as_mask(mask, (rewards.shape[0], mask.shape[1]), 'outcome_rewards')
+    _check_mask(mask, (rewards.shape[0], mask.shape[1]), caller='outcome_rewards')
+    keep = mask.bool()
     if not bool(torch.isfinite(rewards).all()):
         raise ValueError("outcome_rewards: rewards must be finite (no NaN or inf)")
     B, T = keep.shape
@@ -309,7 +292,7 @@ def gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95):
 # %% ../nbs/07_advantages.ipynb #c07-group-def
 def _grouped(rewards, group_size, caller):
     "Check rewards [B] and group_size; -> (rewards [B/G, G] detached, all-equal flag [B/G, 1])."
-    _floating(rewards, 'rewards', caller, '[B]')
+    _check_float(rewards, 'rewards', caller, '[B]')
     if rewards.dim() != 1:
         raise ValueError(f"{caller}: rewards must have shape [B], got {list(rewards.shape)}")
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 2:

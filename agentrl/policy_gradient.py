@@ -77,27 +77,33 @@ def aggregate_loss(per_token, mask, mode='token_mean', norm_const=None):
     per_token: floating tensor [B, T] (e.g. -A * log pi per token). mask:
     [B, T], 0/1 (bool, int or float), 1 on the tokens that count (the
     policy's own tokens). Let n_b = number of masked tokens in row b, N = sum
-    of n_b, and R = the rows with n_b > 0. The four modes (our name / verl
-    loss_agg_mode / TRL loss_type) weight token (b, t) by:
+    of n_b, and B' = the number of rows with n_b > 0. The four modes (our
+    name / the closest verl loss_agg_mode / TRL loss_type) weight token
+    (b, t) by:
 
-    - 'token_mean'  (verl 'token-mean', TRL 'dapo'/'bnpo' on one batch):
-      1 / N. Every token of the batch counts the same.
+    - 'token_mean'  (verl 'token-mean', TRL 'bnpo'; TRL 'dapo' counts N
+      over all micro-batches of a step): 1 / N. Every token counts the same.
     - 'seq_mean_token_mean'  (verl 'seq-mean-token-mean', TRL 'grpo'):
-      1 / (|R| * n_b). Every sequence counts the same; its tokens share it.
-    - 'seq_mean_token_sum'  (verl 'seq-mean-token-sum'): 1 / |R|. A long
+      1 / (B' * n_b). Every sequence counts the same; its tokens share it.
+    - 'seq_mean_token_sum'  (verl 'seq-mean-token-sum'): 1 / B'. A long
       sequence counts in proportion to its length.
     - 'seq_mean_token_sum_norm'  (verl 'seq-mean-token-sum-norm', TRL
-      'dr_grpo'; Dr. GRPO, Liu et al. 2025): 1 / (|R| * norm_const). The
-      per-sequence sum is divided by a constant; norm_const=None uses the
-      mask's T (mask.shape[-1]), i.e. the padded length, as TRL and verl do
-      with the maximum response length.
+      'dr_grpo'; Dr. GRPO, Liu et al. 2025): 1 / (B' * norm_const). Each
+      sequence's sum is divided by a constant. norm_const=None uses the
+      mask's T (mask.shape[-1]), the padded length of this batch, which
+      changes from batch to batch: it is NOT Dr. GRPO's fixed constant
+      (TRL uses the configured max_completion_length). Pass a fixed
+      norm_const to get Dr. GRPO's loss.
 
-    Rows without a masked token contribute 0 and are left out of |R| (they
-    are treated as absent). verl's seq-mean-token-mean divides by n_b, which
-    in some releases made an empty row NaN, and its token-sum modes average
-    over all B rows; TRL's dr_grpo divides by B * max length. With no empty
-    row all these agree with ours. An all-zero mask returns 0.0 (with a
-    gradient of zeros), never NaN.
+    Rows without a masked token contribute 0 and are left out of B' (they
+    are treated as absent), as recent verl releases do in the seq-mean
+    modes. TRL's 'grpo' and 'dr_grpo' divide by all B rows, empty ones
+    included. Older verl releases differed: some averaged the seq-mean
+    modes over all B rows and divided an empty row by its zero count (NaN),
+    and some divided the batch sum of 'seq-mean-token-sum-norm' by T only,
+    never by the number of rows. With no empty row, and norm_const equal to
+    their constant, our modes give TRL's and recent verl's weights. An
+    all-zero mask returns 0.0 (with a gradient of zeros), never NaN.
 
     norm_const: positive number, only for 'seq_mean_token_sum_norm' (a
     ValueError otherwise, so a forgotten mode is not silent).
@@ -130,7 +136,7 @@ def aggregate_loss(per_token, mask, mode='token_mean', norm_const=None):
     n_b = keep.sum(-1)                                               # [B] tokens per row
     if mode == 'token_mean':
         return vals.sum() / n_b.sum().clamp(min=1).to(vals.dtype)
-    rows = (n_b > 0).sum().clamp(min=1).to(vals.dtype)               # |R|, at least 1
+    rows = (n_b > 0).sum().clamp(min=1).to(vals.dtype)               # B', at least 1
     seq_sum = vals.sum(-1)                                           # [B], 0 for empty rows
     if mode == 'seq_mean_token_mean':
         seq = seq_sum / n_b.clamp(min=1).to(vals.dtype)
@@ -156,8 +162,9 @@ def reinforce_loss(logp, advantages, mask, mode='token_mean', norm_const=None):
     REINFORCE estimate of -grad J, the score-function estimator.
 
     Raises TypeError/ValueError naming the argument for non-tensors, a logp
-    that is not [B, T], advantages of another shape, and all errors of
-    aggregate_loss.
+    that is not [B, T], advantages of another shape, advantages that are NaN
+    or infinite on a masked position (a NaN there would turn the loss and
+    every gradient into NaN), and all errors of aggregate_loss.
 
     Source: Williams, "Simple statistical gradient-following algorithms for
     connectionist reinforcement learning", Machine Learning, 1992.
@@ -177,6 +184,10 @@ def reinforce_loss(logp, advantages, mask, mode='token_mean', norm_const=None):
         raise ValueError(f"reinforce_loss: advantages must have shape [B]=[{B}] or [B, T]=[{B}, {T}], "
                          f"got {list(advantages.shape)}")
     _check_mask(mask, logp.shape, caller='reinforce_loss')
+    bad = mask.bool() & ~torch.isfinite(adv)
+    if bool(bad.any()):
+        raise ValueError(f"reinforce_loss: advantages must be finite on masked positions, got NaN or inf at "
+                         f"{int(bad.sum())} of them (first at [b, t] = {bad.nonzero()[0].tolist()})")
     return aggregate_loss(-adv.to(logp.dtype) * logp, mask, mode, norm_const)
 
 # %% ../nbs/06_policy_gradients.ipynb #c06-export-imports2
@@ -315,8 +326,9 @@ def policy_gradient_step(model, optimizer, batch, advantages, mode='token_mean',
     weights; Section 6.8).
 
     Raises TypeError if batch is not a dict; ValueError if it lacks 'ids' or
-    'action_mask', if their shapes disagree, for a bad max_grad_norm, and
-    everything reinforce_loss raises (naming advantages for a wrong shape).
+    'action_mask', if their shapes disagree, if advantages is a tensor of a
+    shape other than [B] or [B, T-1], for a bad max_grad_norm, and
+    everything reinforce_loss raises (e.g. non-finite advantages).
 
     Source: Williams (1992); gradient clipping as in Pascanu et al., "On the
     difficulty of training recurrent neural networks", 2013.
@@ -336,6 +348,11 @@ def policy_gradient_step(model, optimizer, batch, advantages, mode='token_mean',
         raise ValueError(f"policy_gradient_step: batch['action_mask'] must have shape [B, T-1] = "
                          f"[{ids.shape[0]}, {ids.shape[1] - 1}], got "
                          f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+    B, T1 = mask.shape
+    if isinstance(advantages, torch.Tensor) and tuple(advantages.shape) not in ((B,), (B, T1)):
+        raise ValueError(f"policy_gradient_step: advantages must have shape [B]=[{B}] or [B, T-1]=[{B}, {T1}] "
+                         f"(one per episode, or one per scored position of the collate batch), "
+                         f"got {list(advantages.shape)}")
     if max_grad_norm is not None and (isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, numbers.Real)
                                       or not max_grad_norm > 0):
         raise ValueError(f"policy_gradient_step: max_grad_norm must be a positive number or None, got {max_grad_norm!r}")

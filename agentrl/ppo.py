@@ -9,7 +9,7 @@ import numbers
 
 import torch
 
-from .policy_gradient import aggregate_loss
+from .policy_gradient import _check_float, _check_mask, aggregate_loss
 
 # %% ../nbs/08_ppo.ipynb #c08-checks
 LOG_RATIO_CLAMP = 20.0   # |log r| is clamped here before exp, as in verl; exp(20) is about 4.9e8
@@ -17,30 +17,16 @@ LOG_RATIO_CLAMP = 20.0   # |log r| is clamped here before exp, as in verl; exp(2
 
 def _float_2d(x, name, caller):
     "Raise unless `x` is a floating torch tensor of shape [B, T]."
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{caller}: {name} must be a floating torch.Tensor [B, T], got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{caller}: {name} must be a floating tensor [B, T], got dtype {x.dtype}")
+    _check_float(x, name, caller, '[B, T]')
     if x.dim() != 2:
         raise ValueError(f"{caller}: {name} must have shape [B, T], got {list(x.shape)}")
 
 
-def _same_shape(x, shape, name, caller, floating=True):
-    "Raise unless `x` is a tensor of exactly `shape` (floating if asked); nothing is broadcast."
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{caller}: {name} must be a torch.Tensor of shape {list(shape)}, got {type(x).__name__}")
-    if floating and not x.is_floating_point():
-        raise ValueError(f"{caller}: {name} must be a floating tensor {list(shape)}, got dtype {x.dtype}")
+def _same_shape(x, shape, name, caller):
+    "Raise unless `x` is a floating tensor of exactly `shape`; nothing is broadcast."
+    _check_float(x, name, caller, str(list(shape)))
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{caller}: {name} must have shape {list(shape)} (no broadcasting), got {list(x.shape)}")
-
-
-def _policy_mask(mask, shape, caller):
-    "Check a 0/1 mask (bool, int or float) of exactly `shape`; return it as bool."
-    _same_shape(mask, shape, 'mask', caller, floating=False)
-    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError(f"{caller}: mask must hold only 0 and 1 (1 = policy token), got other values")
-    return mask.bool()
 
 
 def _no_nan(x, keep, name, caller):
@@ -49,13 +35,21 @@ def _no_nan(x, keep, name, caller):
         raise ValueError(f"{caller}: {name} is NaN on a policy token (mask == 1)")
 
 
+def _finite(x, keep, name, caller):
+    "Raise if x is NaN or +-inf on a policy token; padding (mask 0) may hold anything."
+    if not bool(torch.isfinite(x.detach()[keep]).all()):
+        raise ValueError(f"{caller}: {name} must be finite (no NaN or inf) on policy tokens (mask == 1)")
+
+
 def _real_in(x, name, caller, lo, hi, lo_open=False, allow_inf=False):
-    "Raise unless x is a real number (not a bool, not NaN) in [lo, hi], or (lo, hi] if lo_open."
+    "Raise unless x is a real number (not a bool, not NaN) in [lo, hi] ((lo, hi] if lo_open); inf only if allow_inf."
     ok = not isinstance(x, bool) and isinstance(x, numbers.Real) and not math.isnan(x)
     ok = ok and (allow_inf or math.isfinite(x)) and (x > lo if lo_open else x >= lo) and x <= hi
     if not ok:
         kind = 'number' if allow_inf else 'finite number'
-        raise ValueError(f"{caller}: {name} must be a {kind} in {'(' if lo_open else '['}{lo}, {hi}], got {x!r}")
+        left = '(' if lo_open else '['
+        right = ']' if allow_inf or math.isfinite(hi) else ')'
+        raise ValueError(f"{caller}: {name} must be a {kind} in {left}{lo:g}, {hi:g}{right}, got {x!r}")
 
 # %% ../nbs/08_ppo.ipynb #c08-ppo-loss-def
 def ppo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2,
@@ -67,8 +61,11 @@ def ppo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.
     under the policy that sampled them; treated as a constant (detached).
     advantages: floating [B] (one per sequence, broadcast along its row) or
     [B, T] (one per token); detached. mask: [B, T], 0/1 (bool, int or
-    float), 1 on the policy's own tokens; padding and tool tokens may hold
-    any value except that NaN is refused on policy tokens.
+    float), 1 on the policy's own tokens. Positions with mask 0 (padding,
+    prompt, tool output) may hold anything in all three tensors. On policy
+    tokens: advantages must be finite; logp and old_logp may be +-inf (the
+    clamp below handles it) but not NaN, and their difference must not be
+    NaN (logp and old_logp both -inf, or both +inf, is refused).
 
     Per token, with log r = clamp(logp - old_logp, -20, 20) and r = exp(log r):
         loss_t = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)
@@ -86,13 +83,16 @@ def ppo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.
 
     Returns (loss, stats): loss is a 0-d tensor in logp's dtype; stats is a
     dict of detached Python floats over policy tokens:
-      clip_frac       share of tokens where the clip binds (the clipped term
-                      is strictly the larger loss, so the token has no gradient);
-                      verl's pg_clipfrac
+      clip_frac       share of tokens where the epsilon clip binds (the clipped
+                      term is strictly the larger loss, so the clip removes the
+                      token's gradient); verl's pg_clipfrac. Tokens frozen by
+                      the dual clip are not counted here, and a token beyond
+                      the +-20 clamp loses its gradient whether counted or not
       clip_frac_high  ... of which A > 0 and r > 1 + clip_high
       clip_frac_low   ... of which A < 0 and r < 1 - clip_low
-      dual_clip_frac  share of tokens with A < 0 where the dual clip binds
-                      (verl's pg_clipfrac_lower); 0 when dual_clip is None
+      dual_clip_frac  share of policy tokens (all with A < 0) where the dual
+                      clip binds (verl's pg_clipfrac_lower); 0 when dual_clip
+                      is None
       approx_kl       mean of k3 = (r - 1) - log r, a non-negative, unbiased
                       estimate of KL(pi_old || pi_theta) on tokens from pi_old
       ppo_kl          mean of k1 = -log r, the same KL by verl's ppo_kl
@@ -104,9 +104,10 @@ def ppo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.
     Raises TypeError if a tensor argument is not a tensor; ValueError naming
     the argument if logp is not floating [B, T], old_logp or mask differ in
     shape, advantages is neither [B] nor [B, T], mask holds values other
-    than 0/1, a policy token has a NaN, clip_low is outside [0, 1],
-    clip_high < 0, dual_clip <= 1, or (from aggregate_loss) the mode or
-    norm_const is invalid.
+    than 0/1, on a policy token logp or old_logp is NaN, logp - old_logp is
+    NaN or an advantage is not finite, clip_low is outside [0, 1],
+    clip_high < 0, dual_clip is not a finite number > 1, or (from
+    aggregate_loss) the mode or norm_const is invalid.
 
     Source: Schulman et al., "Proximal Policy Optimization Algorithms", 2017;
     dual clip: Ye et al., "Mastering Complex Control in MOBA Games with Deep
@@ -131,13 +132,18 @@ def ppo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.
     else:
         raise ValueError(f"{caller}: advantages must have shape [B]=[{B}] or [B, T]=[{B}, {T}], "
                          f"got {list(advantages.shape)}")
-    keep = _policy_mask(mask, (B, T), caller)                            # [B, T] bool
+    _check_mask(mask, (B, T), caller=caller)
+    keep = mask.bool()                                                   # [B, T]
     _real_in(clip_low, 'clip_low', caller, 0.0, 1.0)
     _real_in(clip_high, 'clip_high', caller, 0.0, math.inf, allow_inf=True)
     if dual_clip is not None:
         _real_in(dual_clip, 'dual_clip', caller, 1.0, math.inf, lo_open=True)
-    for x, name in ((logp, 'logp'), (old_logp, 'old_logp'), (adv, 'advantages')):
-        _no_nan(x, keep, name, caller)
+    _no_nan(logp, keep, 'logp', caller)
+    _no_nan(old_logp, keep, 'old_logp', caller)
+    if bool(torch.isnan((logp.detach() - old_logp.detach())[keep]).any()):  # inf - inf, e.g. both -inf
+        raise ValueError(f"{caller}: logp - old_logp (the log-ratio) is NaN on a policy token (mask == 1): "
+                         f"logp and old_logp are both +inf or both -inf there")
+    _finite(adv, keep, 'advantages', caller)
 
     zero = torch.zeros((), dtype=logp.dtype)
     adv = torch.where(keep, adv.to(logp.dtype), zero)                    # [B, T], 0 off the policy tokens
@@ -188,12 +194,14 @@ def value_loss(values, old_values, returns, mask, clip=0.2):
     Per token: 0.5 * max((v - R)^2, (clip(v, v_old - clip, v_old + clip) - R)^2),
     then the mean over policy tokens (token mean). The factor 0.5 is included,
     as in verl's compute_value_loss and TRL's PPO trainer. Off-mask entries
-    are ignored (they may hold anything); no policy token gives 0.0.
+    are ignored (they may hold anything, NaN and inf included); on policy
+    tokens all three tensors must be finite. No policy token gives 0.0.
 
     Returns a 0-d tensor in values' dtype, differentiable in values.
     Raises TypeError for a non-tensor argument; ValueError naming the argument
     if values is not floating [B, T], another tensor differs in shape, mask is
-    not 0/1, a policy token holds NaN, or clip is negative or NaN.
+    not 0/1, values, old_values or returns is NaN or +-inf on a policy
+    token, or clip is negative or NaN.
 
     Source: the value clipping of OpenAI baselines' PPO2 (Dhariwal et al.,
     2017), as kept by verl and TRL; Schulman et al., "Proximal Policy
@@ -206,10 +214,11 @@ def value_loss(values, old_values, returns, mask, clip=0.2):
     shape = values.shape
     _same_shape(old_values, shape, 'old_values', caller)
     _same_shape(returns, shape, 'returns', caller)
-    keep = _policy_mask(mask, shape, caller)
+    _check_mask(mask, shape, caller=caller)
+    keep = mask.bool()
     _real_in(clip, 'clip', caller, 0.0, math.inf, allow_inf=True)
     for x, name in ((values, 'values'), (old_values, 'old_values'), (returns, 'returns')):
-        _no_nan(x, keep, name, caller)
+        _finite(x, keep, name, caller)
     zero = torch.zeros((), dtype=values.dtype)
     v = torch.where(keep, values, zero)                                  # [B, T]
     v_old = torch.where(keep, old_values.detach().to(values.dtype), zero)

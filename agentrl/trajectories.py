@@ -203,7 +203,9 @@ class Trajectory:
     acts after it.
 
     Raises ValueError (naming the field) for a tensor of the wrong dtype or shape,
-    TypeError for a non-number reward or non-dict info.
+    action_mask values other than 0.0/1.0, owner codes outside {0, 1, 2}, or a
+    positive or non-finite sample_logp where action_mask is 1 (a log-probability
+    is <= 0); TypeError for a non-number reward or non-dict info.
 
     Source: the loss (response) mask of multi-turn RL trainers, which exclude tool
     output from the policy loss (e.g. verl, 2024), as instruction tuning excludes
@@ -229,6 +231,17 @@ class Trajectory:
             value = getattr(self, name)
             if not (isinstance(value, torch.Tensor) and value.dtype == dtype and tuple(value.shape) == (size,)):
                 raise ValueError(f"{name} must be a {dtype} tensor of shape [{size}] (T={T}), got {_describe(value)}")
+        on = self.action_mask == 1
+        if not bool((on | (self.action_mask == 0)).all()):
+            raise ValueError("action_mask must hold only 0.0 and 1.0, got "
+                             f"{sorted(set(self.action_mask[~(on | (self.action_mask == 0))].tolist()))[:5]}")
+        if not bool(((self.owner >= OWNER_PROMPT) & (self.owner <= OWNER_ENV)).all()):
+            raise ValueError(f"owner must hold codes {OWNER_PROMPT}, {OWNER_POLICY} or {OWNER_ENV} "
+                             f"(prompt, policy, env), got {sorted(set(self.owner.tolist()) - {0, 1, 2})[:5]}")
+        lp = self.sample_logp[on]
+        if not bool((torch.isfinite(lp) & (lp <= 0)).all()):
+            raise ValueError("sample_logp must be a finite log-probability <= 0 wherever action_mask is 1, got "
+                             f"{lp[~(torch.isfinite(lp) & (lp <= 0))][:5].tolist()}")
         if isinstance(self.reward, bool) or not isinstance(self.reward, numbers.Real):
             raise TypeError(f"reward must be a float, got {type(self.reward).__name__}")
         self.reward = float(self.reward)
@@ -271,7 +284,8 @@ class Episode:
 
     Raises TypeError for a non-Tokenizer tok, a non-str prompt or non-list ids;
     ValueError for a bad max_len, ids outside the vocabulary, more ids than room,
-    logps of the wrong length, or an append after finish.
+    logps of the wrong length or not finite numbers <= 0, or an append after
+    finish. A rejected append leaves the log unchanged (calls included).
 
     Defined in Section 5.2.
     """
@@ -297,12 +311,15 @@ class Episode:
     def __len__(self):
         return len(self.ids)
 
-    def _append(self, ids, owner, logps):
+    def _check_append(self, ids):
+        "Raise unless ids may be appended now; changes nothing."
         if self.done:
             raise ValueError("the episode is finished; start a new Episode")
         _check_id_list(ids, 'ids', len(self.tok))
         if len(ids) > self.room:
             raise ValueError(f"ids has {len(ids)} tokens but only {self.room} fit (max_len={self.max_len})")
+
+    def _append(self, ids, owner, logps):
         self.ids += list(ids)
         self.owner += [owner] * len(ids)
         self.turn += [self.calls] * len(ids)
@@ -310,15 +327,23 @@ class Episode:
 
     def add_call(self, ids, logps=None):
         "Append one call: ids the policy produced (owner POLICY) and their sampling log-probs."
+        self._check_append(ids)                          # validate everything before changing the log
         if logps is None:
             logps = [0.0] * len(ids)
-        elif not isinstance(logps, (list, tuple)) or len(logps) != len(ids):
+        if not isinstance(logps, (list, tuple)) or len(logps) != len(ids):
             raise ValueError(f"logps must be None or a list with one float per id ({len(ids)})")
+        try:
+            values = [float(x) for x in logps]
+        except (TypeError, ValueError):
+            raise ValueError(f"logps must hold numbers (log-probabilities), got {list(logps)[:8]}") from None
+        if not all(math.isfinite(v) and v <= 0 for v in values):
+            raise ValueError(f"logps must hold finite log-probabilities <= 0, got {values[:8]}")
         self.calls += 1
-        self._append(ids, OWNER_POLICY, [float(x) for x in logps])
+        self._append(ids, OWNER_POLICY, values)
 
     def add_observation(self, ids):
         "Append the encoded observation (owner ENV) that answered the last call."
+        self._check_append(ids)
         self._append(ids, OWNER_ENV, [0.0] * len(ids))
 
     def finish(self, reward, info):
@@ -692,15 +717,24 @@ def collate(trajs, pad_id):
     action_mask 0.0, whatever id it holds. With right padding and a causal model,
     real positions never see padding, so model(ids) scores them exactly.
 
-    Raises ValueError if trajs is not a non-empty list of Trajectory or pad_id is
-    not an int >= 0.
+    Raises TypeError if trajs is not a list (or tuple) of Trajectory or pad_id is
+    not an int; ValueError if trajs is empty or pad_id < 0. collate cannot see
+    the vocabulary, so an id >= vocab_size is not caught here: pass tok.pad_id.
 
     Defined in Section 5.7.
     """
-    if not isinstance(trajs, (list, tuple)) or not trajs or not all(isinstance(t, Trajectory) for t in trajs):
-        raise ValueError("trajs must be a non-empty list of Trajectory")
-    if isinstance(pad_id, bool) or not isinstance(pad_id, int) or pad_id < 0:
+    if not isinstance(trajs, (list, tuple)):
+        raise TypeError(f"trajs must be a list of Trajectory, got {type(trajs).__name__}")
+    if not trajs:
+        raise ValueError("trajs must be a non-empty list of Trajectory, got an empty list")
+    bad = next((t for t in trajs if not isinstance(t, Trajectory)), None)
+    if bad is not None:
+        raise TypeError(f"trajs must hold only Trajectory objects, got a {type(bad).__name__}")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral):
+        raise TypeError(f"pad_id must be an int (tok.pad_id), got {type(pad_id).__name__}")
+    if pad_id < 0:
         raise ValueError(f"pad_id must be an int >= 0 (tok.pad_id), got {pad_id!r}")
+    pad_id = int(pad_id)
     T = max(len(t) for t in trajs)
     return {'ids': pad_rows([t.ids for t in trajs], T, pad_id),
             'attention_mask': pad_rows([torch.ones_like(t.ids) for t in trajs], T, 0),

@@ -1,7 +1,11 @@
-"""Give every nbdev-hidden cell (`#| hide`, `#| default_exp`) the Jupyter Book tag `remove-cell`.
+"""Finish an executed notebook for committing.
+
+* Every nbdev-hidden cell (`#| hide`, `#| default_exp`) gets the Jupyter Book tag `remove-cell`.
+* stderr outputs (progress bars, warnings with temporary paths) are dropped: they are never
+  compared nor rendered, and they change from run to run.
 
 Usage: python scripts/tag_hidden.py nbs/02_rl_fundamentals.ipynb [...]   (no argument: every notebook)
-Rewrites a notebook only when a tag was missing.
+Rewrites a notebook only when something changed.
 """
 import json
 import pathlib
@@ -26,6 +30,11 @@ def tag_notebook(path):
             changed = True
         if not tags:
             del cell['metadata']['tags']
+        outputs = cell.get('outputs', [])
+        kept = [o for o in outputs if not (o.get('output_type') == 'stream' and o.get('name') == 'stderr')]
+        if len(kept) != len(outputs):
+            cell['outputs'] = kept
+            changed = True
     if changed:
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
     return changed
@@ -35,4 +44,4 @@ if __name__ == '__main__':
     paths = [pathlib.Path(p) for p in sys.argv[1:]] or sorted(pathlib.Path('nbs').glob('*.ipynb'))
     for p in paths:
         if tag_notebook(p):
-            print(f'tagged hidden cells in {p}')
+            print(f'finished {p}: hidden cells tagged, stderr dropped')

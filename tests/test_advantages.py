@@ -477,3 +477,18 @@ def test_turn_advantages_bad_input():
         m.turn_advantages(r, v, mk, [[0, 0, 0]] * 2)
     with pytest.raises(ValueError, match='lam'):
         m.turn_advantages(r, v, mk, torch.zeros(2, 3, dtype=torch.long), lam=2)
+
+
+def test_argument_checks_are_chapter_6s():
+    # the type and mask checks are imported from agentrl.policy_gradient, not repeated
+    import agentrl.advantages as m
+    import agentrl.policy_gradient as pg
+    assert m._check_float is pg._check_float and m._check_mask is pg._check_mask
+    assert not hasattr(m, '_floating') and not hasattr(m, '_as_mask')
+    r = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match=r'gae_advantages: mask must have shape \[2, 3\] \(no broadcasting\)'):
+        m.gae_advantages(r, r, torch.ones(3))
+    with pytest.raises(TypeError, match='returns_to_go: rewards'):
+        m.returns_to_go([[0.0]], torch.ones(1, 1))
+    with pytest.raises(ValueError, match='outcome_rewards: mask must hold only 0 and 1'):
+        m.outcome_rewards(torch.ones(1), torch.tensor([[0.5, 1.0]]))

@@ -67,3 +67,16 @@ def test_comparison_rules():
     img['cells'][0]['outputs'].append({'output_type': 'display_data',
                                        'data': {'image/png': 'AAAA', 'text/plain': 'fig'}})
     assert 'image' in compare_notebooks(img, _toy_notebook('x\n'))[0]
+
+
+def test_committed_notebooks_are_finished():
+    """Hidden cells carry `remove-cell` and no stderr is stored (run `make execute`)."""
+    import sys
+    sys.path.insert(0, str(NOTEBOOKS[0].parents[1] / 'scripts'))
+    from tag_hidden import needs_tag
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())['cells']:
+            if needs_tag(cell):
+                assert 'remove-cell' in cell['metadata'].get('tags', []), f'{path.name}: {cell["id"]} not hidden'
+            for out in cell.get('outputs', []):
+                assert out.get('name') != 'stderr', f'{path.name}: cell {cell["id"]} stores stderr'

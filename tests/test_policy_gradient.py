@@ -183,6 +183,22 @@ def test_reinforce_validation():
         m.reinforce_loss(logp, torch.zeros(2), torch.ones(2, 4))
     with pytest.raises(TypeError, match='advantages'):
         m.reinforce_loss(logp, [1.0, 2.0], mask)
+    for bad in (float('nan'), float('inf'), -float('inf')):
+        with pytest.raises(ValueError, match='advantages'):
+            m.reinforce_loss(logp, torch.tensor([0.0, bad]), mask)
+        with pytest.raises(ValueError, match='advantages'):
+            m.reinforce_loss(logp, torch.tensor([[0.0, 0.0, 0.0], [0.0, bad, 0.0]]), mask)
+
+
+def test_reinforce_non_finite_advantages_off_the_mask_are_ignored():
+    # Hand value: token_mean over the 3 masked tokens of -A * logp = -(1*-1 + 1*-2 + 2*-4) / 3 = 11/3.
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    adv = torch.tensor([[1.0, 1.0, float('nan')], [2.0, float('inf'), float('nan')]])
+    assert m.reinforce_loss(logp, adv, mask).item() == pytest.approx(11 / 3)
+    # a NaN advantage for a row with no policy token is harmless too: that row is absent
+    empty = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    assert m.reinforce_loss(logp, torch.tensor([1.0, float('nan')]), empty).item() == pytest.approx(1.5)
 
 
 # ---------------------------------------------------------------- Sections 6.5-6.6: agents and steps
@@ -327,5 +343,10 @@ def test_policy_gradient_step_validation():
         m.policy_gradient_step(model, opt, {'ids': batch['ids'], 'action_mask': torch.ones(3, 6)}, torch.zeros(3))
     with pytest.raises(ValueError, match='advantages'):
         m.policy_gradient_step(model, opt, batch, torch.zeros(4))
+    T = batch['ids'].shape[1]
+    with pytest.raises(ValueError, match=r'\[B, T-1\]=\[3, ' + str(T - 1) + r'\]'):
+        m.policy_gradient_step(model, opt, batch, torch.zeros(3, T))       # [B, T] is one column too many
+    with pytest.raises(ValueError, match='advantages'):
+        m.policy_gradient_step(model, opt, batch, torch.full((3,), float('nan')))
     with pytest.raises(ValueError, match='max_grad_norm'):
         m.policy_gradient_step(model, opt, batch, torch.zeros(3), max_grad_norm=0)

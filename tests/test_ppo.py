@@ -290,3 +290,69 @@ def test_value_loss_bad_input(kwargs, match):
         value_loss(**args)
     with pytest.raises(TypeError, match='values'):
         value_loss([[0.0]], torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1))
+
+
+# ---------------------------------------------------------------- non-finite input on policy tokens
+
+@pytest.mark.parametrize('adv', [
+    torch.tensor([math.inf, 0.0]),                                   # [B]: row 0 has policy tokens
+    torch.tensor([[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]),          # [B, T]
+])
+def test_policy_loss_refuses_infinite_advantage_on_policy_token(adv):
+    with pytest.raises(ValueError, match='advantages'):
+        ppo_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), adv, torch.ones(2, 3))
+
+
+@pytest.mark.parametrize('value', [-math.inf, math.inf])
+def test_policy_loss_refuses_nan_log_ratio_on_policy_token(value):
+    logp = torch.zeros(2, 3)
+    old = torch.zeros(2, 3)
+    logp[1, 2] = old[1, 2] = value                                   # inf - inf = NaN
+    with pytest.raises(ValueError, match='logp - old_logp'):
+        ppo_policy_loss(logp, old, torch.ones(2), torch.ones(2, 3))
+
+
+def test_policy_loss_accepts_any_garbage_off_mask():
+    # padding holds -inf/-inf log-probs and infinite advantages; only token (0, 0) counts
+    logp = torch.tensor([[math.log(1.1), -math.inf, 0.0]], dtype=D, requires_grad=True)
+    old = torch.tensor([[0.0, -math.inf, math.inf]], dtype=D)
+    adv = torch.tensor([[2.0, math.inf, -math.inf]], dtype=D)
+    loss, st = ppo_policy_loss(logp, old, adv, torch.tensor([[1, 0, 0]]))
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(-1.1 * 2.0)         # r = 1.1 inside the clip: -r A
+    assert logp.grad[0].tolist() == pytest.approx([-2.2, 0.0, 0.0])  # d(-r A)/d log r = -r A
+    assert all(math.isfinite(v) for v in st.values())
+
+
+def test_dual_clip_message_and_small_c_accepted():
+    with pytest.raises(ValueError, match=r'\(1, inf\)'):
+        ppo_policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), dual_clip=1.0)
+    # c = 1.1 is accepted; a token with A = -1 at r = 1.15 (inside [0.8, 1.2]) is then frozen
+    loss0, grad0, _ = one_token(1.15, -1.0)
+    loss1, grad1, st = one_token(1.15, -1.0, dual_clip=1.1)
+    assert (loss0, grad0) == pytest.approx((1.15, 1.15))            # -r A and its gradient -A r
+    assert (loss1, grad1) == pytest.approx((1.1, 0.0))              # capped at c |A|, no gradient
+    assert st['dual_clip_frac'] == 1.0 and st['clip_frac'] == 0.0
+
+
+def test_modes_on_ragged_rows_with_empty_row():
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
+    adv = torch.tensor([[2.0, 9.0, 9.0, 9.0], [1.0, -1.0, 4.0, 9.0], [9.0] * 4], dtype=D)
+    logp = torch.full((3, 4), -0.5, dtype=D)                          # r = 1: token loss -A
+    # by hand: token losses -2 | -1, 1, -4; the empty row is absent
+    want = {'token_mean': -6 / 4, 'seq_mean_token_mean': (-2 + -4 / 3) / 2,
+            'seq_mean_token_sum': (-2 + -4) / 2, 'seq_mean_token_sum_norm': (-2 / 4 + -4 / 4) / 2}
+    for mode, w in want.items():
+        assert float(ppo_policy_loss(logp, logp, adv, mask, mode=mode)[0]) == pytest.approx(w), mode
+
+
+@pytest.mark.parametrize('name', ['values', 'old_values', 'returns'])
+@pytest.mark.parametrize('bad', [math.inf, -math.inf])
+def test_value_loss_refuses_infinite_on_policy_token(name, bad):
+    args = dict(values=torch.zeros(2, 3), old_values=torch.zeros(2, 3), returns=torch.zeros(2, 3))
+    args[name][1, 1] = bad
+    with pytest.raises(ValueError, match=name):
+        value_loss(mask=torch.ones(2, 3), **args)
+    mask = torch.ones(2, 3)
+    mask[1, 1] = 0                                                    # the same value on padding is ignored
+    assert float(value_loss(mask=mask, **args)) == 0.0

@@ -245,6 +245,46 @@ def test_episode_edges_and_errors():
         make_trajectory('episode')
 
 
+def test_rejected_call_leaves_the_episode_unchanged():
+    # Hand-computed: a rejected call must not count as a turn, so the next accepted call is turn 1.
+    tok = Tokenizer(['w'])
+    ep = Episode(tok, 'w', max_len=6)                         # [<bos>, w]: room 4
+    for bad_ids, bad_logps, error in [([4, 5, 5, 5, 5], None, ValueError),      # 5 ids, room 4
+                                      ([4, 99], None, ValueError),              # id outside the vocabulary
+                                      ('w', None, TypeError),                   # text, not ids
+                                      ([4, 5], [0.0, 'a'], ValueError),         # logp not a number
+                                      ([4, 5], [0.0, 0.5], ValueError),         # positive log-probability
+                                      ([4, 5], [float('nan'), 0.0], ValueError),
+                                      ([4, 5], [-float('inf'), 0.0], ValueError),
+                                      ([4, 5], [0.0], ValueError)]:             # one logp short
+        with pytest.raises(error):
+            ep.add_call(bad_ids, bad_logps)
+        assert ep.calls == 0 and ep.ids == [2, 6] and ep.turn == [0, 0] and ep.logp == [0.0, 0.0]
+    ep.add_call([4, 5], [-0.5, -0.25])
+    assert ep.calls == 1 and ep.turn == [0, 0, 1, 1] and ep.logp == [0.0, 0.0, -0.5, -0.25]
+    with pytest.raises(ValueError, match='fit'):
+        ep.add_observation([6, 6, 6])                         # room 2
+    assert ep.ids == [2, 6, 4, 5] and ep.owner == [0, 0, 1, 1]
+    ep.add_call([4], [0])                                     # an int 0 is a valid log-probability
+    assert ep.calls == 2 and ep.turn == [0, 0, 1, 1, 2] and ep.logp[-1] == 0.0
+
+
+def test_trajectory_refuses_impossible_values():
+    good = dict(ids=torch.tensor([2, 4, 5, 6]), action_mask=torch.tensor([1.0, 1.0, 0.0]),
+                sample_logp=torch.tensor([-0.5, 0.0, 0.0]), owner=torch.tensor([0, 1, 1, 2]),
+                turn=torch.tensor([0, 1, 1, 1]), reward=1.0, info={})
+    Trajectory(**good)
+    for field, bad in [('action_mask', torch.tensor([0.5, 1.0, 0.0])), ('action_mask', torch.tensor([1.0, 7.0, 0.0])),
+                       ('action_mask', torch.tensor([1.0, 1.0, -1.0])), ('owner', torch.tensor([0, 1, 1, 9])),
+                       ('owner', torch.tensor([-1, 1, 1, 2])), ('sample_logp', torch.tensor([0.5, 0.0, 0.0])),
+                       ('sample_logp', torch.tensor([-0.5, float('nan'), 0.0])),
+                       ('sample_logp', torch.tensor([-float('inf'), 0.0, 0.0]))]:
+        with pytest.raises(ValueError, match=field):
+            Trajectory(**{**good, field: bad})
+    # off the mask the sampler's log-prob is never used, so its value is not checked there
+    Trajectory(**{**good, 'sample_logp': torch.tensor([-0.5, 0.0, 3.0])})
+
+
 def test_trajectory_validation_names_the_field():
     good = dict(ids=torch.tensor([2, 4, 5]), action_mask=torch.tensor([1.0, 1.0]),
                 sample_logp=torch.zeros(2), owner=torch.tensor([0, 1, 1]), turn=torch.tensor([0, 1, 1]),
@@ -573,9 +613,16 @@ def test_collate_bad_input():
     traj = scripted_rollout(scripted_policy('oracle'), BugFixEnv(), CLAMP, TOK)
     with pytest.raises(ValueError, match='trajs'):
         collate([], TOK.pad_id)
-    with pytest.raises(ValueError, match='trajs'):
+    with pytest.raises(TypeError, match='trajs'):
         collate([traj, 'traj'], TOK.pad_id)
+    with pytest.raises(TypeError, match='trajs'):
+        collate(traj, TOK.pad_id)                              # a bare Trajectory, not a list
+    with pytest.raises(TypeError, match='trajs'):
+        collate({'a': traj}, TOK.pad_id)
     with pytest.raises(ValueError, match='pad_id'):
         collate([traj], -1)
-    with pytest.raises(ValueError, match='pad_id'):
+    with pytest.raises(TypeError, match='pad_id'):
         collate([traj], True)
+    with pytest.raises(TypeError, match='pad_id'):
+        collate([traj], 0.0)
+    assert collate((traj,), 0)['ids'].shape == (1, len(traj))  # a tuple is accepted
