@@ -8,4 +8,5 @@ from .trajectories import *
 from .policy_gradient import *
 from .advantages import *
 from .ppo import *
+from .grpo import *
 from .mathtools import *

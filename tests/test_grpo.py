@@ -1,0 +1,349 @@
+"""Tests for agentrl.grpo (Chapter 9). Expected values are computed by hand, by plain loops, or
+from the environment's own infos; training runs are tiny and seeded."""
+import math
+import random
+import re
+
+import pytest
+import torch
+
+import agentrl.grpo as m
+from agentrl.gym import (BugFixEnv, GYM_NAMES, HONEST_OPS, make_tasks, public_reward,
+                         run_episode, scripted_policy)
+from agentrl.policies import TinyAgent
+from agentrl.ppo import ppo_policy_loss
+from agentrl.trajectories import build_tokenizer, collate, scripted_rollout
+
+torch.set_num_threads(1)
+TRAIN, HELDOUT = make_tasks('train'), make_tasks('heldout')
+
+
+@pytest.fixture(scope='module')
+def tok():
+    return build_tokenizer(make_tasks('all'))
+
+
+@pytest.fixture(scope='module')
+def tiny(tok):
+    "A small untrained policy (fast to sample and update)."
+    torch.manual_seed(0)
+    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+
+
+def call(tool, arg=None):
+    return f'<call> {tool} {arg} </call>' if arg else f'<call> {tool} </call>'
+
+
+# ---------------------------------------------------------------- RLConfig
+def test_config_defaults_and_validation():
+    c = m.RLConfig()
+    assert (c.group_size, c.tasks_per_step, c.epochs, c.minibatches) == (8, 8, 1, 2)
+    assert (c.clip_low, c.clip_high, c.kl_coef, c.advantage, c.level) == (0.2, 0.28, 0.0, 'grpo', 'token')
+    assert c.max_edits == 1 and c.randomize_names and c.drop_equal_groups and c.reward == 'hidden'
+    for field, bad in [('group_size', 1), ('tasks_per_step', 0), ('lr', 0.0), ('lr', float('nan')),
+                       ('clip_low', 1.5), ('dual_clip', 1.0), ('advantage', 'ppo'), ('kl_kind', 'k4'),
+                       ('level', 'episode'), ('reward', 'judge'), ('loss_agg_mode', 'mean'),
+                       ('max_edits', 0), ('temperature', 0.0), ('randomize_names', 1)]:
+        with pytest.raises(ValueError, match=field):
+            m.RLConfig(**{field: bad})
+    with pytest.raises(ValueError, match='norm_const'):
+        m.RLConfig(norm_const=10.0)                       # only with seq_mean_token_sum_norm
+    m.RLConfig(norm_const=10.0, loss_agg_mode='seq_mean_token_sum_norm')
+    m.RLConfig(max_edits=None)
+
+
+# ---------------------------------------------------------------- advantages
+def test_compute_advantages_by_hand_and_equal_groups():
+    r = [1., 0., 0., 0., 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1.]
+    batch = {'rewards': torch.tensor(r)}
+    G = 4
+    for kind in m.ADVANTAGE_KINDS:
+        adv = m.compute_advantages(batch, m.RLConfig(group_size=G, advantage=kind)).tolist()
+        for g in range(4):
+            grp = r[g * G:(g + 1) * G]
+            mean = sum(grp) / G
+            std = math.sqrt(sum((x - mean) ** 2 for x in grp) / (G - 1))
+            for j, x in enumerate(grp):
+                if kind == 'grpo':
+                    want = 0.0 if std == 0 else (x - mean) / (std + 1e-6)
+                elif kind == 'drgrpo':
+                    want = x - mean
+                else:
+                    want = x - (sum(grp) - x) / (G - 1)
+                assert adv[g * G + j] == pytest.approx(want, abs=1e-5)
+        assert adv[8:16] == [0.0] * 8                       # all-equal groups: exactly zero
+    with pytest.raises(ValueError):
+        m.compute_advantages({'rewards': torch.ones(6)}, m.RLConfig(group_size=4))
+    with pytest.raises(ValueError, match='rewards'):
+        m.compute_advantages({}, m.RLConfig())
+    with pytest.raises(TypeError, match='cfg'):
+        m.compute_advantages(batch, None)
+
+
+# ---------------------------------------------------------------- KL
+def test_kl_penalty_by_hand():
+    logp = torch.tensor([[-1.0, -0.5, -2.0]])
+    ref = torch.tensor([[-1.5, -0.5, -1.0]])
+    d = [-0.5, 0.0, 1.0]                                   # ref - logp
+    want = {'k1': [-x for x in d], 'k2': [0.5 * x * x for x in d],
+            'k3': [math.exp(x) - x - 1 for x in d]}
+    for kind, values in want.items():
+        got = m.kl_penalty(logp, ref, kind)[0].tolist()
+        assert got == pytest.approx(values, abs=1e-6)
+    assert bool((m.kl_penalty(torch.randn(5, 7), torch.randn(5, 7)) >= 0).all())   # k3 >= 0
+    # the gradient flows into logp only
+    lp = logp.clone().requires_grad_(True)
+    rf = ref.clone().requires_grad_(True)
+    m.kl_penalty(lp, rf, 'k3').sum().backward()
+    assert rf.grad is None and lp.grad is not None
+    # d/dlogp k3 = 1 - exp(d)
+    assert lp.grad[0].tolist() == pytest.approx([1 - math.exp(x) for x in d], abs=1e-6)
+    with pytest.raises(ValueError, match='kind'):
+        m.kl_penalty(logp, ref, 'k4')
+    with pytest.raises(ValueError, match='shape'):
+        m.kl_penalty(logp, ref[:, :2])
+    with pytest.raises(TypeError, match='logp'):
+        m.kl_penalty([[0.0]], ref)
+
+
+# ---------------------------------------------------------------- GSPO
+def test_gspo_loss_matches_hand_computation():
+    logp = torch.tensor([[-0.5, -1.0, -0.2, 0.0],
+                         [-2.0, -0.1, 0.0, 0.0],
+                         [-0.3, 0.0, 0.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[-0.6, -1.0, -0.25, 0.0],
+                        [-2.0, -0.1003, 0.0, 0.0],
+                        [-0.3001, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])   # last row: no policy token
+    adv = torch.tensor([1.0, -1.0, 5.0])
+    loss, stats = m.gspo_policy_loss(logp, old, adv, mask)
+    lo, hi = 1 - 3e-4, 1 + 4e-4
+    terms = []
+    for i in range(2):
+        toks = [j for j in range(4) if mask[i, j]]
+        s = math.exp(sum(logp[i, j].item() - old[i, j].item() for j in toks) / len(toks))
+        terms.append(-min(s * adv[i].item(), min(max(s, lo), hi) * adv[i].item()))
+    assert loss.item() == pytest.approx(sum(terms) / 2, abs=1e-6)
+    assert stats['clip_frac'] == pytest.approx(0.5)         # row 0 clipped (s = e^0.05), row 1 not
+    loss.backward()
+    s1 = math.exp(0.0003 / 2)
+    assert logp.grad[0].tolist() == pytest.approx([0.0] * 4, abs=1e-7)       # clipped: no gradient
+    assert logp.grad[1].tolist() == pytest.approx([s1 / 4, s1 / 4, 0, 0], abs=1e-6)
+    assert logp.grad[2].tolist() == [0.0] * 4
+    # an all-zero mask gives 0, not NaN
+    z, _ = m.gspo_policy_loss(logp.detach(), old, adv, torch.zeros(3, 4))
+    assert z.item() == 0.0
+    with pytest.raises(ValueError, match='advantages'):
+        m.gspo_policy_loss(logp, old, torch.ones(3, 4), mask)
+    with pytest.raises(ValueError, match='mask'):
+        m.gspo_policy_loss(logp, old, adv, mask * 2)
+    with pytest.raises(ValueError, match='clip_low'):
+        m.gspo_policy_loss(logp, old, adv, mask, clip_low=1.0)
+
+
+def test_policy_loss_dispatches_by_level():
+    g = torch.Generator().manual_seed(0)
+    logp, old = -torch.rand(3, 5, generator=g), -torch.rand(3, 5, generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 0, 0]])
+    adv = torch.tensor([0.5, -1.0, 2.0])
+    tok_cfg = m.RLConfig(clip_low=0.1, clip_high=0.15, loss_agg_mode='seq_mean_token_mean')
+    got, _ = m.policy_loss(logp, old, adv, mask, tok_cfg)
+    want, _ = ppo_policy_loss(logp, old, adv, mask, 0.1, 0.15, mode='seq_mean_token_mean')
+    assert got.item() == pytest.approx(want.item(), abs=1e-7)
+    seq_cfg = m.RLConfig(level='sequence', clip_low=3e-4, clip_high=4e-4)
+    got, _ = m.policy_loss(logp, old, adv, mask, seq_cfg)
+    want, _ = m.gspo_policy_loss(logp, old, adv, mask)
+    assert got.item() == pytest.approx(want.item(), abs=1e-7)
+    with pytest.raises(TypeError, match='cfg'):
+        m.policy_loss(logp, old, adv, mask, {})
+
+
+# ---------------------------------------------------------------- gym pieces
+def test_randomize_names_never_uses_a_source_word():
+    rng = random.Random(0)
+    for task in TRAIN + HELDOUT:
+        words = set(re.findall(r'\w+', task.buggy + ' ' + task.fixed))
+        for _ in range(10):
+            new = m.randomize_names(task, rng)
+            assert new.fn_name in GYM_NAMES and new.fn_name not in words
+            assert new.fn_name != task.fn_name and f'def {new.fn_name}(' in new.buggy
+            assert new.hidden == task.hidden and new.op == task.op
+            assert new.prompt.split()[4] == new.fn_name
+    # deterministic given the rng seed
+    a = [m.randomize_names(t, random.Random(5)).fn_name for t in TRAIN[:5]]
+    b = [m.randomize_names(t, random.Random(5)).fn_name for t in TRAIN[:5]]
+    assert a == b
+    with pytest.raises(TypeError, match='rng'):
+        m.randomize_names(TRAIN[0], 0)
+    with pytest.raises(TypeError, match='task'):
+        m.randomize_names('clamp', random.Random(0))
+
+
+def test_edit_budget_env_stops_applying_edits():
+    task = TRAIN[0]                                          # swap_minmax repairs it
+    wrong = next(op for op in HONEST_OPS if op != task.op)
+    for budget, want_reward in ((1, 0.0), (2, 1.0)):
+        env = m.EditBudgetEnv(max_edits=budget)
+        env.reset(task)
+        obs1, *_ = env.step(call('edit', wrong))
+        obs2, *_ = env.step(call('edit', task.op))
+        obs3, *_ = env.step(call('edit', task.op))           # third edit: over any budget here
+        _, reward, done, info = env.step(call('submit'))
+        assert done and reward == want_reward
+        assert info['edits'] == 3 and len(info['ops']) == budget
+        assert obs3 == f'{task.op} changed nothing'
+        assert info['first_edit_right'] is False
+    # None: no limit, identical to BugFixEnv
+    spam = lambda obs: call('edit', HONEST_OPS[len(obs) - 1]) if len(obs) <= 5 else call('submit')
+    for t in TRAIN[:10]:
+        assert run_episode(spam, m.EditBudgetEnv(max_edits=None), t)[0] == run_episode(spam, BugFixEnv(), t)[0]
+    with pytest.raises(ValueError, match='max_edits'):
+        m.EditBudgetEnv(max_edits=0)
+
+
+def test_make_env():
+    env = m.make_env(m.RLConfig(max_turns=4, max_edits=2, reward='public'))
+    assert isinstance(env, m.EditBudgetEnv) and env.max_turns == 4 and env.max_edits == 2
+    assert env.reward_fn is public_reward
+    assert m.make_env(m.RLConfig()) is not m.make_env(m.RLConfig())
+    with pytest.raises(TypeError, match='cfg'):
+        m.make_env(None)
+
+
+def test_make_rl_base_uses_one_oracle_set_in_nine(tok, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(m, 'make_base_agent', lambda tok, **kw: seen.update(kw) or 'agent')
+    assert m.make_rl_base(tok, seed=3) == 'agent'
+    kinds = seen['kinds']
+    assert len(kinds) == 9 and kinds.count('oracle') == 1
+    assert set(kinds) == {'random', 'blind', 'oracle'} and seen['seed'] == 3
+    assert seen['steps'] == m.RL_BASE_STEPS
+
+
+# ---------------------------------------------------------------- sampling and stats
+def test_behavior_stats_by_hand(tok):
+    trajs = [scripted_rollout(scripted_policy(kind, seed=1), m.EditBudgetEnv(), t, tok)
+             for kind in ('oracle', 'blind', 'random') for t in TRAIN[:4]]
+    s = m.behavior_stats(trajs)
+    n = len(trajs)
+    assert s['episodes'] == n
+    assert s['pass_rate'] == pytest.approx(sum(t.info['submitted'] and t.info['hidden_pass'] for t in trajs) / n)
+    for key in ('reads', 'tests', 'edits', 'turns'):
+        assert s[key] == pytest.approx(sum(t.info[key] for t in trajs) / n)
+    assert s['first_edit_right'] == pytest.approx(sum(t.info['first_edit_right'] for t in trajs) / n)
+    assert s['length'] == pytest.approx(sum(float(t.action_mask.sum()) for t in trajs) / n)
+    assert m.behavior_stats(trajs[:4])['pass_rate'] == 1.0            # the oracle
+    with pytest.raises(ValueError):
+        m.behavior_stats([])
+
+
+def test_sample_groups_layout(tiny, tok):
+    cfg = m.RLConfig(group_size=3, max_turns=2)
+    trajs = m.sample_groups(tiny, None, TRAIN[:4], tok, cfg, torch.Generator().manual_seed(0))
+    assert len(trajs) == 12
+    for g in range(4):
+        infos = [t.info for t in trajs[3 * g:3 * g + 3]]
+        assert {i['task'] for i in infos} == {TRAIN[g].name}
+        assert len({i['fn_name'] for i in infos}) == 1                # one name per group
+    again = m.sample_groups(tiny, None, TRAIN[:4], tok, cfg, torch.Generator().manual_seed(0))
+    assert [t.ids.tolist() for t in trajs] == [t.ids.tolist() for t in again]
+    with pytest.raises(TypeError, match='generator'):
+        m.sample_groups(tiny, None, TRAIN[:4], tok, cfg, 0)
+
+
+PATTERN = [1, 0, 0, 0,  0, 0, 0, 0,  1, 1, 1, 1,  0, 1, 0, 1,  0, 0, 0, 0,  1, 1, 0, 0]
+
+
+def fixed_rewards(pattern):
+    "env_factory whose k-th environment pays pattern[k % len(pattern)], whatever the agent does."
+    count = [0]
+
+    def factory():
+        value = float(pattern[count[0] % len(pattern)])
+        count[0] += 1
+        return m.EditBudgetEnv(max_turns=3, reward_fn=lambda info: value)
+    return factory
+
+
+def test_sample_step_drops_equal_groups(tiny, tok):
+    cfg = m.RLConfig(group_size=4, max_turns=3)
+    kept, sampled = m.sample_step(tiny, fixed_rewards(PATTERN), TRAIN[:6], tok, cfg,
+                                  torch.Generator().manual_seed(3))
+    assert [t.reward for t in sampled] == PATTERN
+    mixed = [0, 3, 5]                                        # groups whose rewards differ
+    assert [t.ids.tolist() for t in kept] == [t.ids.tolist() for g in mixed for t in sampled[4 * g:4 * g + 4]]
+    assert [t.reward for t in kept] == [r for g in mixed for r in PATTERN[4 * g:4 * g + 4]]
+    kept_all, sampled_all = m.sample_step(tiny, fixed_rewards(PATTERN), TRAIN[:6], tok,
+                                          m.RLConfig(group_size=4, max_turns=3, drop_equal_groups=False),
+                                          torch.Generator().manual_seed(3))
+    assert len(kept_all) == len(sampled_all) == 24
+    # an untrained policy never passes the hidden tests: every group is dropped
+    kept0, _ = m.sample_step(tiny, None, TRAIN[:4], tok, m.RLConfig(group_size=2, max_turns=2),
+                             torch.Generator().manual_seed(0))
+    assert kept0 == []
+
+
+def test_evaluate_counts_and_restores_mode(tiny, tok):
+    tiny.train()
+    s = m.evaluate(tiny, HELDOUT[:3], tok, n_samples=2, cfg=m.RLConfig(max_turns=2))
+    assert s['episodes'] == 6 and s['pass_rate'] == 0.0
+    assert tiny.training
+    assert m.evaluate(tiny, HELDOUT[:3], tok, n_samples=2, cfg=m.RLConfig(max_turns=2)) == s   # seeded
+    with pytest.raises(ValueError, match='n_samples'):
+        m.evaluate(tiny, HELDOUT[:3], tok, n_samples=0)
+
+
+# ---------------------------------------------------------------- update and loop
+def _batch(tok):
+    trajs = [scripted_rollout(scripted_policy(kind, seed=2), m.EditBudgetEnv(), t, tok)
+             for t in TRAIN[:2] for kind in ('oracle', 'blind')]
+    return collate(trajs, tok.pad_id)
+
+
+def test_rl_update(tiny, tok):
+    import copy
+    batch = _batch(tok)
+    cfg = m.RLConfig(group_size=2)
+    model = copy.deepcopy(tiny)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    stats = m.rl_update(model, opt, batch, torch.zeros(4), cfg)      # zero advantages: no change
+    assert set(stats) == set(m.UPDATE_KEYS) and stats['loss'] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    stats = m.rl_update(model, opt, batch, adv, m.RLConfig(group_size=2, epochs=2, minibatches=2),
+                        generator=torch.Generator().manual_seed(0))
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert stats['entropy'] > 0 and stats['grad_norm'] > 0 and stats['approx_kl'] >= 0
+    # the oracle's log-probs go up, the blind episodes' go down
+    ref = copy.deepcopy(tiny)
+    lp_new = m._policy_logp(model, batch['ids'], batch['action_mask'], 1.0)[0].sum(-1)
+    lp_old = m._policy_logp(ref, batch['ids'], batch['action_mask'], 1.0)[0].sum(-1)
+    assert bool((lp_new[adv > 0] > lp_old[adv > 0]).all()) and bool((lp_new[adv < 0] < lp_old[adv < 0]).all())
+    stats = m.rl_update(model, opt, batch, adv, m.RLConfig(group_size=2, kl_coef=0.1), ref_model=ref)
+    assert stats['kl'] > 0
+    with pytest.raises(ValueError, match='ref_model'):
+        m.rl_update(model, opt, batch, adv, m.RLConfig(group_size=2, kl_coef=0.1))
+    with pytest.raises(ValueError, match='advantages'):
+        m.rl_update(model, opt, batch, torch.zeros(3), cfg)
+
+
+def test_train_rl_smoke_is_deterministic(tok):
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, eval_samples=1)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(1)
+        model = TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+        runs.append(m.train_rl(model, TRAIN, tok, cfg, 2, eval_tasks=HELDOUT[:2], eval_every=1,
+                               env_factory=fixed_rewards([1, 0, 0, 0])))
+    h = runs[0]
+    assert len(h) == 2 and [r['step'] for r in h] == [0, 1]
+    assert h[-1]['episodes'] == 8 and all(r['groups'] == 2 for r in h)
+    for key in ('reward', 'pass_rate', 'kept_groups', 'clip_frac', 'approx_kl', 'entropy', 'eval_pass_rate'):
+        assert all(key in r for r in h)
+    assert 'final_eval_pass_rate' in h[-1]
+    assert all(r['updated'] and r['kept_groups'] == 1 for r in h)
+    nan_eq = lambda a, b: a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+    assert all(nan_eq(r1[k], r2[k]) for r1, r2 in zip(*runs) for k in r1)
+    with pytest.raises(ValueError, match='steps'):
+        m.train_rl(model, TRAIN, tok, cfg, -1)
