@@ -42,7 +42,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--repeats', type=int, default=3)
     ap.add_argument('--out', default='bench/results.json')
-    ap.add_argument('--only', nargs='*', help='notebook stems to time (default: all)')
+    ap.add_argument('--only', nargs='*', help='notebook stems to time (default: all); with --only the '
+                    'other notebooks and the probes are kept from the existing --out file')
     args = ap.parse_args()
     notebooks = sorted((ROOT / 'nbs').glob('*.ipynb'))
     if args.only:
@@ -55,8 +56,15 @@ def main():
                             'within_budget': statistics.median(runs) <= CHAPTER_BUDGET}
         print(f'{nb.stem:28s} median {results[nb.stem]["median_s"]:7.2f} s  runs {results[nb.stem]["runs_s"]}',
               flush=True)
+    out = ROOT / args.out
+    old = json.loads(out.read_text()) if args.only and out.exists() else {}
+    results = {**old.get('notebooks', {}), **results}
+    results = {k: results[k] for k in sorted(results)}
     total = round(sum(r['median_s'] for r in results.values()), 2)
-    probes = {p.stem[len('bench_'):]: run_probe(p) for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
+    if args.only and 'probes' in old:
+        probes = old['probes']
+    else:
+        probes = {p.stem[len('bench_'):]: run_probe(p) for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
     for name, value in probes.items():
         print(f'probe {name}: {value}')
     report = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
@@ -65,7 +73,6 @@ def main():
               'budget': {'chapter_s': CHAPTER_BUDGET, 'book_s': BOOK_BUDGET,
                          'book_within_budget': total <= BOOK_BUDGET},
               'probes': probes}
-    out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + '\n')
     print(f'total {total:.2f} s (budget {BOOK_BUDGET:.0f} s) -> {out.relative_to(ROOT)}')
