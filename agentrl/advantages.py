@@ -12,7 +12,7 @@ import numbers
 import torch
 import torch.nn as nn
 
-from .policies import TinyAgent
+from .policies import TinyAgent, _check_scored_ids
 from .policy_gradient import _check_float, _check_mask, masked_mean
 
 # %% ../nbs/07_advantages.ipynb #c07-checks
@@ -177,11 +177,7 @@ def critic_values(critic, ids):
 
     Defined in Section 7.3.
     """
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] < 2:
-        got = list(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"critic_values: ids must be a torch.long tensor [B, T] with T >= 2, got {got}")
-    if ids.dtype != torch.long:
-        raise ValueError(f"critic_values: ids must have dtype torch.long, got {ids.dtype}")
+    _check_scored_ids(ids, 'critic_values')                   # Chapter 3's check, shared with sequence_log_probs
     out = critic(ids)                                          # [B, T, 1]
     if out.dim() != 3 or tuple(out.shape[:2]) != tuple(ids.shape) or out.shape[-1] != 1:
         raise ValueError(f"critic_values: critic must map ids {list(ids.shape)} to [B, T, 1] "

@@ -475,6 +475,15 @@ class TinyAgent(nn.Module):
         return self.head(self.hidden(ids, position_ids, attention_mask, kv_cache))  # [B, T, V]
 
 # %% ../nbs/03_lm_policies.ipynb #c03-seqlp-def
+def _check_scored_ids(ids, caller):
+    "Raise unless ids is a torch.long [B, T] tensor with T >= 2 (a sequence whose ids[:, 1:] get scored)."
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] < 2:
+        got = list(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"{caller}: ids must be a torch.long tensor [B, T] with T >= 2, got {got}")
+    if ids.dtype != torch.long:
+        raise ValueError(f"{caller}: ids must have dtype torch.long, got {ids.dtype}")
+
+
 def sequence_log_probs(model, ids):
     """Log-probs of ids[:, 1:] given their prefixes: ids [B, T] -> [B, T-1].
 
@@ -494,11 +503,7 @@ def sequence_log_probs(model, ids):
 
     Defined in Section 3.6.
     """
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] < 2:
-        got = list(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"ids must be a tensor of shape [B, T] with T >= 2, got {got}")
-    if ids.dtype != torch.long:
-        raise ValueError(f"ids must have dtype torch.long, got {ids.dtype}")
+    _check_scored_ids(ids, 'sequence_log_probs')
     logits = model(ids)                                          # [B, T, V]
     return selected_log_probs(logits[:, :-1], ids[:, 1:])        # [B, T-1]: logits at t score ids at t+1
 
