@@ -8,7 +8,7 @@ NB      ?= $(NBS)
 THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 MATHJAX := _mathjax/mathjax/tex-mml-chtml.js
 
-.PHONY: book test lib execute lab bench clean site libpage mathjax venv
+.PHONY: book test lib execute lab bench clean clean-cache site libpage mathjax venv
 
 venv: .venv/.installed
 .venv/.installed: requirements.txt settings.ini setup.py
@@ -50,11 +50,16 @@ execute: venv  ## re-run notebooks in place (NB=path to choose), clean, export
 	$(PY) scripts/tag_hidden.py $(NB)
 	$(BIN)/nbdev_export
 
-lab: venv
-	$(BIN)/jupyter lab nbs
+LAB_ARGS ?=
+lab: venv  ## Jupyter Lab on nbs/; pass flags with LAB_ARGS="--no-browser --allow-root"
+	$(BIN)/jupyter lab nbs $(LAB_ARGS)
 
 bench: venv  ## 3 timed executions per notebook -> bench/results.json
 	$(THREADS) $(PY) scripts/bench.py --repeats 3 --out bench/results.json
 
 clean:
 	rm -rf _build build _mathjax
+
+AGENTRL_CACHE ?= $(HOME)/.cache/agentrl
+clean-cache:  ## delete the trained weights that make_base_agent / make_rl_base cached on disk
+	rm -rf "$(AGENTRL_CACHE)"

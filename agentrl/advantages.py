@@ -146,7 +146,7 @@ def make_critic(model):
     if not isinstance(model, TinyAgent):
         raise TypeError(f"make_critic: model must be a TinyAgent, got {type(model).__name__}")
     critic = copy.deepcopy(model)
-    head = nn.utils.skip_init(nn.Linear, critic.config.d_model, 1)   # weight [1, D], bias [1]; no random init
+    head = nn.utils.skip_init(nn.Linear, critic.config.d_model, 1, dtype=critic.config.dtype)   # weight [1, D], bias [1]; no random init
     nn.init.zeros_(head.weight)
     nn.init.zeros_(head.bias)
     critic.head = head

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .policies import selected_log_probs, entropy_from_logits
+from .policies import selected_log_probs, entropy_from_logits, snap_weights, WEIGHT_GRID
 from .gym import BugFixEnv, GYM_NAMES, Task, hidden_reward, public_reward
 from .trajectories import rollout_batch, collate
 from .policy_gradient import aggregate_loss, make_base_agent, LOSS_AGG_MODES
@@ -71,6 +71,7 @@ class RLConfig:
     max_grad_norm: float = 1.0     # the global gradient norm is clipped to this value
     eval_samples: int = 4          # episodes per held-out task at each evaluation inside train_rl
     seed: int = 0                  # seeds task draws, names, rollouts and minibatch order
+    weight_grid: float = WEIGHT_GRID  # train_rl snaps every weight to this grid after each step (Section 3.5; None: off)
 
     def __post_init__(self):
         for name in ('tasks_per_step', 'epochs', 'minibatches', 'max_turns', 'eval_samples'):
@@ -99,6 +100,8 @@ class RLConfig:
             raise ValueError("RLConfig.norm_const is used only with loss_agg_mode='seq_mean_token_sum_norm', "
                              f"got loss_agg_mode={self.loss_agg_mode!r}")
         _check_int(self.seed, 'RLConfig.seed', None)
+        if self.weight_grid is not None:
+            _check_real(self.weight_grid, 'RLConfig.weight_grid', 0.0, 1.0, lo_open=True)
 
 
 def _check_int(v, name, lo, why=''):
@@ -126,7 +129,7 @@ def compute_advantages(batch, cfg):
       'drgrpo' r - group mean, no division (Dr. GRPO, Liu et al., 2025);
       'rloo'   r minus the mean of the other G - 1 rewards (Ahmadian et al., 2024).
     A group whose rewards are all equal gets exactly 0 under every kind, never NaN.
-    Returns float32 [B]. Raises TypeError for a cfg that is not an RLConfig; ValueError if
+    Returns [B] in the dtype of the rewards (float64 from collate). Raises TypeError for a cfg that is not an RLConfig; ValueError if
     batch has no 'rewards' or B is not a multiple of G (from group_advantages).
 
     Defined in Section 9.1.
@@ -318,21 +321,22 @@ def evaluate(model, tasks, tok, n_samples=1, temperature=1.0, generator=None, cf
     return behavior_stats(trajs)
 
 # %% ../nbs/09_grpo.ipynb #c09-base-def
-RL_BASE_KINDS = ('random', 'blind') * 4 + ('oracle',)   # one demonstration set in nine from the oracle
-RL_BASE_STEPS = 1200                                     # behaviour-cloning steps (Section 9.3)
+RL_BASE_KINDS = ('random', 'blind') * 4 + ('oracle',) * 2   # two demonstration sets in ten from the oracle
+RL_BASE_STEPS = 1200                                         # behaviour-cloning steps (Section 9.3)
 
 
 def make_rl_base(tok, seed=0):
-    """The RL starting point from Chapter 9 on: the base agent with 1 demonstration set in 9 from the oracle.
+    """The RL starting point from Chapter 9 on: the base agent with 2 demonstration sets in 10 from the oracle.
 
     tok: the Tokenizer of build_tokenizer (Chapter 5). Calls make_base_agent (Section 6.5) with
-    kinds = RL_BASE_KINDS (four sets of the random policy, four of the blind one and one of
+    kinds = RL_BASE_KINDS (four sets of the random policy, four of the blind one and two of
     the oracle, each episodes_per_task = 8 episodes on every train task) and
     steps = RL_BASE_STEPS = 1200 behaviour-cloning steps of 32 episodes; the other arguments
-    keep make_base_agent's defaults. With the default 200 steps the agent has not yet tied
-    the op it picks to the code it read (Section 9.9); after 1200 it has, weakly, and its
-    held-out pass rate is still low. Returns a TinyAgent in eval mode, identical for equal
-    tok and seed. Raises what make_base_agent raises.
+    keep make_base_agent's defaults. The agent reads in a minority of its episodes and ties
+    the op it picks to the code it read only weakly, so its held-out pass rate is low (Section
+    9.3 measures both). Weights come from make_base_agent's on-disk cache when present.
+    Returns a TinyAgent in eval mode, identical for equal tok and seed. Raises what
+    make_base_agent raises.
 
     Defined in Section 9.3.
     """
@@ -394,22 +398,43 @@ def policy_loss(logp, old_logp, advantages, mask, cfg):
                            dual_clip=cfg.dual_clip, norm_const=cfg.norm_const)
 
 # %% ../nbs/09_grpo.ipynb #c09-update-def
-def _policy_logp(model, ids, mask, temperature, with_entropy=False):
+_CHUNK_ROWS = 8     # rows per forward pass when _policy_logp groups rows of similar length
+
+
+def _policy_logp(model, ids, mask, temperature, with_entropy=False, lengths=None):
     """log pi of ids[:, 1:] at the policy's positions: ids [B, T], mask [B, T-1] -> [B, T-1] (0 elsewhere).
 
     The transformer runs over every position (tool output is context), but the output layer only
-    where mask is 1. With with_entropy, also the mean entropy (nats) of those positions, detached."""
-    hidden = model.hidden(ids)[:, :-1]                                # [B, T-1, D]
-    keep = mask.bool()                                                # [B, T-1]
-    logits = model.head(hidden[keep])                                 # [N, V], N policy tokens
-    if temperature != 1.0:
-        logits = logits / temperature                                 # score the sampled distribution
-    picked = selected_log_probs(logits, ids[:, 1:][keep])             # [N]
-    logp = torch.zeros(keep.shape, dtype=picked.dtype).masked_scatter(keep, picked)   # [B, T-1]
+    where mask is 1. With with_entropy, also the mean entropy (nats) of those positions, detached.
+    lengths: real tokens per row [B] of a right-padded batch, or None for one pass over all rows.
+    Given, the rows run in chunks of _CHUNK_ROWS rows of similar length, each chunk cut to its own
+    longest row. A row never attends to another row or to its own right padding, so the values are
+    those of one padded pass (up to the order of float sums), at a fraction of the cost when
+    lengths vary (episodes of 16 to 131 tokens pad a batch to the longest)."""
+    B, T = ids.shape
+    if lengths is None:
+        chunks = [(torch.arange(B), T)]
+    else:
+        order = torch.argsort(lengths, stable=True)                   # shortest rows first
+        chunks = [(rows, int(lengths[rows].max())) for rows in order.split(_CHUNK_ROWS)]
+    picked, at_row, at_col, chunk_logits = [], [], [], []
+    for rows, L in chunks:
+        hidden = model.hidden(ids[rows, :L])[:, :-1]                  # [b, L-1, D]
+        keep = mask[rows, :L - 1].bool()                              # [b, L-1]
+        logits = model.head(hidden[keep])                             # [n, V], n policy tokens
+        if temperature != 1.0:
+            logits = logits / temperature                             # score the sampled distribution
+        picked.append(selected_log_probs(logits, ids[rows, 1:L][keep]))   # [n]
+        r, c = keep.nonzero(as_tuple=True)
+        at_row.append(rows[r])
+        at_col.append(c)
+        chunk_logits.append(logits.detach())
+    values = torch.cat(picked)                                        # [N]
+    logp = torch.zeros(B, T - 1, dtype=values.dtype).index_put((torch.cat(at_row), torch.cat(at_col)), values)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = float(entropy_from_logits(logits).mean()) if len(picked) else 0.0
+            entropy = float(entropy_from_logits(torch.cat(chunk_logits)).mean()) if len(values) else 0.0
     return logp, entropy
 
 
@@ -425,7 +450,8 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
     clips the gradient norm to cfg.max_grad_norm and steps the optimizer. Log-probs use
     cfg.temperature. Returns the means over steps of loss, clip_frac, approx_kl (k3 of
     pi_old vs pi_theta), entropy (nats, policy positions), grad_norm (before clipping) and
-    kl (0.0 without a reference).
+    kl (0.0 without a reference). Forward passes group rows of similar length (_policy_logp), which
+    changes the cost, not the numbers.
     Raises TypeError for a bad cfg; ValueError for shapes that disagree, more minibatches than
     rows, or kl_coef > 0 without ref_model.
 
@@ -453,9 +479,9 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
     old_logp = ref_logp = None
     with torch.no_grad():
         if cfg.epochs * cfg.minibatches > 1:
-            old_logp = _policy_logp(model, ids, mask, cfg.temperature)[0]           # [B, T-1]
+            old_logp = _policy_logp(model, ids, mask, cfg.temperature, lengths=lengths)[0]      # [B, T-1]
         if cfg.kl_coef > 0:
-            ref_logp = _policy_logp(ref_model, ids, mask, cfg.temperature)[0]       # [B, T-1]
+            ref_logp = _policy_logp(ref_model, ids, mask, cfg.temperature, lengths=lengths)[0]  # [B, T-1]
     kl_mode = cfg.loss_agg_mode if cfg.level == 'token' else 'seq_mean_token_mean'
     model.train()
     totals, n_steps = {}, 0
@@ -464,7 +490,8 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
         for rows in order.chunk(cfg.minibatches):
             L = int(lengths[rows].max())                              # cut the common padding
             mb_ids, mb_mask = ids[rows, :L], mask[rows, :L - 1]
-            logp, entropy = _policy_logp(model, mb_ids, mb_mask, cfg.temperature, with_entropy=True)
+            logp, entropy = _policy_logp(model, mb_ids, mb_mask, cfg.temperature, with_entropy=True,
+                                         lengths=lengths[rows])
             mb_old = logp.detach() if old_logp is None else old_logp[rows, :L - 1]
             loss, stats = policy_loss(logp, mb_old, advantages[rows], mb_mask, cfg)
             kl = torch.zeros(())
@@ -521,16 +548,20 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
     (compute_advantages) and updates the model (rl_update; AdamW at cfg.lr, weight decay 0,
     created here). A step whose groups were all dropped makes no update.
     History row: step; reward, pass_rate, reads, first_edit_right and length (behavior_stats
-    of all sampled episodes); kept_groups
-    and groups; episodes (sampled so far); tokens (policy tokens in the update); updated;
-    rl_update's loss, clip_frac, approx_kl, entropy, grad_norm, kl (NaN without an update).
+    of all sampled episodes); kept_groups and groups; episodes (sampled so far); tokens (policy
+    tokens in the update); updated (False when every group was dropped, so nothing was learned);
+    and, only when updated, rl_update's loss, clip_frac, approx_kl, entropy, grad_norm and kl.
+    A step without an update has none of these keys (no placeholder, never NaN), and its log
+    line says 'no update: all k groups had equal rewards'.
     With eval_tasks, the rows of steps 0, eval_every, 2 * eval_every, ... also hold
     eval_pass_rate and eval_reward, measured before that step's update by evaluate with
     cfg.eval_samples episodes per task and a generator of its own, and the last row holds
     final_eval_pass_rate and final_eval_reward, measured after the last update.
     log_every > 0 prints a line every log_every steps; progress goes to stderr (tqdm).
     With cfg.kl_coef > 0 and no ref_model, a frozen copy of the model at the start is the
-    reference. Everything random is seeded from cfg.seed.
+    reference. Everything random is seeded from cfg.seed. With cfg.weight_grid (the default,
+    WEIGHT_GRID), the weights are snapped to that grid (snap_weights, Section 3.5) before the first
+    step and after every optimizer step, so that a run is the same on every CPU (Section 9.5).
     Raises TypeError/ValueError for a bad cfg, tasks, steps, log_every or eval_every.
 
     Source: GRPO (Shao et al., 2024) with DAPO's clip-higher, token-mean loss and dynamic
@@ -548,6 +579,9 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
     gen = torch.Generator().manual_seed(cfg.seed)
     eval_gen = torch.Generator().manual_seed(cfg.seed + 10_000)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    if cfg.weight_grid is not None:
+        snap_weights(model.parameters(), cfg.weight_grid)
+        optimizer.register_step_post_hook(lambda opt, args, kwargs: snap_weights(model.parameters(), cfg.weight_grid))
     if cfg.kl_coef > 0 and ref_model is None:
         ref_model = copy.deepcopy(model).eval()
     k = min(cfg.tasks_per_step, len(tasks))
@@ -574,15 +608,16 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
             advantages = compute_advantages(batch, cfg)
             row.update(rl_update(model, optimizer, batch, advantages, cfg, ref_model=ref_model, generator=gen))
             row.update(tokens=int(batch['action_mask'].sum()), updated=True)
-        else:
-            row.update({key: float('nan') for key in UPDATE_KEYS}, tokens=0, updated=False)
+        else:                      # every group had equal rewards: no gradient, no update statistics
+            row.update(tokens=0, updated=False)
         if eval_tasks is not None and step == steps - 1:
             row.update(run_eval('final_eval_'))
         history.append(row)
         if log_every and (step % log_every == 0 or step == steps - 1):
             extra = f"  held-out {row['eval_pass_rate']:.3f}" if 'eval_pass_rate' in row else ''
-            print(f"step {step:4d}  reward {row['reward']:.3f}  kept {row['kept_groups']}/{k} groups  "
-                  f"clip {row['clip_frac']:.3f}  entropy {row['entropy']:.3f}{extra}")
+            update = (f"clip {row['clip_frac']:.3f}  entropy {row['entropy']:.3f}" if row['updated'] else
+                      f"no update: all {k} groups had equal rewards")
+            print(f"step {step:4d}  reward {row['reward']:.3f}  kept {row['kept_groups']}/{k} groups  {update}{extra}")
     return history
 
 # %% ../nbs/09_grpo.ipynb #c09-gspo-def

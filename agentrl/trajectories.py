@@ -185,9 +185,9 @@ class Trajectory:
     Fields (T = number of tokens in the episode):
       ids          [T] torch.long: the episode as the model read it, <bos> first: the
                    prompt, then each call followed by the observation that answered it
-      action_mask  [T-1] torch.float32: entry t is 1.0 exactly when ids[t+1] was
+      action_mask  [T-1] torch.float64: entry t is 1.0 exactly when ids[t+1] was
                    produced by the policy, 0.0 for prompt and environment tokens
-      sample_logp  [T-1] torch.float32: entry t is log mu(ids[t+1] | ids[:t+1]) in
+      sample_logp  [T-1] torch.float64: entry t is log mu(ids[t+1] | ids[:t+1]) in
                    nats under the distribution the sampler drew from (temperature
                    applied); 0.0 where action_mask is 0 and for scripted policies
       owner        [T] torch.long: OWNER_PROMPT (0) for <bos> and the prompt,
@@ -226,7 +226,7 @@ class Trajectory:
                 and self.ids.dim() == 1 and len(self.ids) >= 1):
             raise ValueError(f"ids must be a torch.long tensor [T] with T >= 1, got {_describe(self.ids)}")
         T = len(self.ids)
-        for name, size, dtype in [('action_mask', T - 1, torch.float32), ('sample_logp', T - 1, torch.float32),
+        for name, size, dtype in [('action_mask', T - 1, torch.float64), ('sample_logp', T - 1, torch.float64),
                                   ('owner', T, torch.long), ('turn', T, torch.long)]:
             value = getattr(self, name)
             if not (isinstance(value, torch.Tensor) and value.dtype == dtype and tuple(value.shape) == (size,)):
@@ -371,8 +371,8 @@ def make_trajectory(episode):
         raise ValueError("episode must be finished (Episode.finish) before it becomes a Trajectory")
     owner = torch.tensor(episode.owner, dtype=torch.long)                          # [T]
     return Trajectory(ids=torch.tensor(episode.ids, dtype=torch.long),             # [T]
-                      action_mask=(owner[1:] == OWNER_POLICY).float(),              # [T-1]: who made ids[t+1]
-                      sample_logp=torch.tensor(episode.logp[1:], dtype=torch.float32),  # [T-1]
+                      action_mask=(owner[1:] == OWNER_POLICY).double(),             # [T-1]: who made ids[t+1]
+                      sample_logp=torch.tensor(episode.logp[1:], dtype=torch.float64),  # [T-1], as sampled
                       owner=owner, turn=torch.tensor(episode.turn, dtype=torch.long),
                       reward=episode.reward, info=episode.info)
 
@@ -585,17 +585,6 @@ def pad_rows(rows, length, value):
 _DONE, _WAIT, _READ, _SAMPLE = 0, 1, 2, 3      # what a row did in one lockstep forward (for traces)
 
 
-def _keep_rows(cache, rows):
-    "Drop every batch row of a KVCache except `rows` (a list of row indices, in order)."
-    idx = torch.tensor(rows, dtype=torch.long)
-    cache.keys = [k.index_select(0, idx) for k in cache.keys]          # [B', H, S, D/H]
-    cache.values = [v.index_select(0, idx) for v in cache.values]
-    if cache.key_mask is not None:
-        cache.key_mask = cache.key_mask.index_select(0, idx)           # [B', S]
-    if cache.next_pos is not None:
-        cache.next_pos = cache.next_pos.index_select(0, idx)           # [B']
-
-
 def _lockstep(model, envs, tasks, tok, max_turns, temperature, generator, use_cache=True, trace=None):
     """rollout_batch's engine; use_cache=False re-reads the whole history at every step (a reference),
     trace (a list) receives one list of per-episode codes (_DONE, _WAIT, _READ, _SAMPLE) per forward."""
@@ -622,13 +611,15 @@ def _lockstep(model, envs, tasks, tok, max_turns, temperature, generator, use_ca
                     if not keep:
                         break
                     if use_cache:
-                        _keep_rows(cache, keep)
+                        cache.keep_rows(keep)
                     else:
                         history = [(x[keep], m[keep]) for x, m in history]
                 rows = [rows[r] for r in keep] if rows else [b for b in range(B) if not eps[b].done]
                 if not rows:
                     break
                 open_calls = set(rows)
+                if use_cache:
+                    cache.compact()        # drop the padding slots that waiting rows left behind
             pending = []                   # tokens each row reads now: a prompt or answer chunk, or 1 sample
             for b in rows:
                 if b not in open_calls:
@@ -708,11 +699,11 @@ def collate(trajs, pad_id):
     (tok.pad_id). T is the longest trajectory. Returns a dict with exactly:
       ids             [B, T] torch.long, right-padded with pad_id
       attention_mask  [B, T] torch.long, 1 on real tokens, 0 on padding
-      action_mask     [B, T-1] torch.float32, each trajectory's mask, 0.0 on padding
-      sample_logp     [B, T-1] torch.float32, 0.0 on padding
+      action_mask     [B, T-1] torch.float64, each trajectory's mask, 0.0 on padding
+      sample_logp     [B, T-1] torch.float64, 0.0 on padding
       turn_ids        [B, T-1] torch.long, turn[1:] (the turn of the token each
                       position predicts), -1 on padding
-      rewards         [B] torch.float32
+      rewards         [B] torch.float64
     Padding never enters a mask: a padded position has attention_mask 0 and
     action_mask 0.0, whatever id it holds. With right padding and a causal model,
     real positions never see padding, so model(ids) scores them exactly.
@@ -741,4 +732,4 @@ def collate(trajs, pad_id):
             'action_mask': pad_rows([t.action_mask for t in trajs], T - 1, 0.0),
             'sample_logp': pad_rows([t.sample_logp for t in trajs], T - 1, 0.0),
             'turn_ids': pad_rows([t.turn[1:] for t in trajs], T - 1, -1),
-            'rewards': torch.tensor([t.reward for t in trajs], dtype=torch.float32)}
+            'rewards': torch.tensor([t.reward for t in trajs], dtype=torch.float64)}

@@ -1,8 +1,9 @@
 """Finish an executed notebook for committing.
 
 * Every nbdev-hidden cell (`#| hide`, `#| default_exp`) gets the Jupyter Book tag `remove-cell`.
-* stderr outputs (progress bars, warnings with temporary paths) are dropped: they are never
-  compared nor rendered, and they change from run to run.
+* stderr outputs (progress bars, warnings with temporary paths) and progress-bar widgets (tqdm's
+  Jupyter display when ipywidgets is installed) are dropped: they are never compared nor rendered,
+  and they change from run to run.
 
 Usage: python scripts/tag_hidden.py nbs/02_rl_fundamentals.ipynb [...]   (no argument: every notebook)
 Rewrites a notebook only when something changed.
@@ -20,6 +21,15 @@ def needs_tag(cell):
     return cell.get('cell_type') == 'code' and first.startswith(HIDDEN)
 
 
+WIDGET = 'application/vnd.jupyter.widget-view+json'
+
+
+def is_progress(output):
+    "True for stderr and for a widget display (a tqdm bar): outputs a finished notebook does not keep."
+    return ((output.get('output_type') == 'stream' and output.get('name') == 'stderr')
+            or WIDGET in output.get('data', {}))
+
+
 def tag_notebook(path):
     nb = json.loads(path.read_text())
     changed = False
@@ -31,7 +41,7 @@ def tag_notebook(path):
         if not tags:
             del cell['metadata']['tags']
         outputs = cell.get('outputs', [])
-        kept = [o for o in outputs if not (o.get('output_type') == 'stream' and o.get('name') == 'stderr')]
+        kept = [o for o in outputs if not is_progress(o)]
         if len(kept) != len(outputs):
             cell['outputs'] = kept
             changed = True
@@ -44,4 +54,4 @@ if __name__ == '__main__':
     paths = [pathlib.Path(p) for p in sys.argv[1:]] or sorted(pathlib.Path('nbs').glob('*.ipynb'))
     for p in paths:
         if tag_notebook(p):
-            print(f'finished {p}: hidden cells tagged, stderr dropped')
+            print(f'finished {p}: hidden cells tagged, stderr and progress widgets dropped')

@@ -5,7 +5,7 @@ papermill run gives the actual ones. Code cells are matched by cell id. For each
 stdout and the `text/plain` of results, after removing noise that carries no meaning:
 
 * execution counts and metadata (never looked at),
-* stderr (progress bars, paths of temporary files),
+* stderr (progress bars, paths of temporary files) and progress-bar widgets,
 * `<Figure size ...>` reprs and memory addresses (`0x7f...`),
 * trailing whitespace.
 
@@ -20,6 +20,7 @@ NUMBER = re.compile(r'[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?\b(?:nan
 ADDRESS = re.compile(r'0x[0-9a-fA-F]{6,}')
 FIGURE = re.compile(r'<Figure size [^>]*>')
 IMAGE_TYPES = ('image/png', 'image/jpeg', 'image/svg+xml')
+WIDGET = 'application/vnd.jupyter.widget-view+json'
 
 
 def _text(value):
@@ -36,6 +37,8 @@ def cell_view(cell):
                 lines.append(_text(out.get('text')))
         elif kind in ('execute_result', 'display_data'):
             data = out.get('data', {})
+            if WIDGET in data:             # a tqdm progress bar drawn as a Jupyter widget
+                continue
             images += sum(t in data for t in IMAGE_TYPES)
             if 'text/plain' in data and not any(t in data for t in IMAGE_TYPES):
                 lines.append(_text(data['text/plain']) + '\n')

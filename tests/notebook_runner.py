@@ -12,11 +12,13 @@ NBS = ROOT / 'nbs'
 NOTEBOOKS = sorted(NBS.glob('*.ipynb'))
 
 
-def execute(path, timeout=900):
-    """Run notebook `path` -> executed notebook as a dict. The committed file is never touched."""
+def execute(path, timeout=900, env_extra=None):
+    """Run notebook `path` -> executed notebook as a dict. The committed file is never touched.
+
+    env_extra: environment variables added for this run (e.g. switched CPU kernels)."""
     path = pathlib.Path(path)
     env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONHASHSEED='0',
-               MPLBACKEND='module://matplotlib_inline.backend_inline')
+               MPLBACKEND='module://matplotlib_inline.backend_inline', **(env_extra or {}))
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / path.name
         out = pathlib.Path(tmp) / ('out_' + path.name)
@@ -28,3 +30,26 @@ def execute(path, timeout=900):
             tail = run.stderr[-4000:]
             raise AssertionError(f'{path.name} failed to execute:\n{tail}')
         return json.loads(out.read_text())
+
+
+def cpu_capability(env_extra=None):
+    "The instruction set torch's CPU kernels use in a fresh process with env_extra set: 'AVX512', 'AVX2', ..."
+    env = dict(os.environ, **(env_extra or {}))
+    code = 'import torch; print(torch.backends.cpu.get_cpu_capability())'
+    return subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def switched_kernels():
+    """Environment that moves torch (ATen) and MKL to another instruction set than this CPU's default.
+
+    AVX512 machines drop to AVX2; every other machine drops to the portable baseline ('default'
+    in ATen, SSE4.2 in MKL). The weights cache points at a directory of this test run only, so
+    the base agents are trained again under the switched kernels instead of being loaded."""
+    run_id = os.environ.get('PYTEST_XDIST_TESTRUNUID', str(os.getppid()))
+    env = {'AGENTRL_CACHE': str(pathlib.Path(tempfile.gettempdir()) / f'agentrl-switched-{run_id}')}
+    if cpu_capability() == 'AVX512':
+        env.update(ATEN_CPU_CAPABILITY='avx2', MKL_ENABLE_INSTRUCTIONS='AVX2')
+    else:
+        env.update(ATEN_CPU_CAPABILITY='default', MKL_ENABLE_INSTRUCTIONS='SSE4_2')
+    return env

@@ -94,7 +94,7 @@ def test_outcome_rewards_by_hand():
     out = m.outcome_rewards(torch.tensor([1.0, -0.5, 7.0, 2.0]), mask)
     want = torch.zeros(4, 6)
     want[0, 4], want[1, 1], want[3, 5] = 1.0, -0.5, 2.0       # row 2 has no policy token -> all zero
-    assert out.dtype == torch.float32 and torch.equal(out, want)
+    assert out.dtype == torch.float64 and torch.equal(out, want)
     assert m.outcome_rewards(torch.tensor([3.0], dtype=torch.float64), torch.tensor([[True, False]])).dtype \
         == torch.float64
 

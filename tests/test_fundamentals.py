@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from agentrl.fundamentals import (REPAIR_ACTIONS, REPAIR_STATES, discounted_return, make_repair_mdp,
+from agentrl.fundamentals import (REPAIR_ACTIONS, REPAIR_STATES, ImproperPolicyError, discounted_return, make_repair_mdp,
                                   policy_evaluation, repair_transitions, value_iteration)
 
 S_IDX = {name: i for i, name in enumerate(REPAIR_STATES)}
@@ -309,7 +309,13 @@ def test_policy_evaluation_singular_case_is_a_clear_value_error():
     assert policy_evaluation(P, R, loop, 0.99)[0].item() == 0.0
     with pytest.raises(ValueError, match=r'singular') as info:
         policy_evaluation(P, R, loop, 1.0)
-    assert not isinstance(info.value, torch.linalg.LinAlgError)
+    # one error, two ways to catch it: a bad-input ValueError and the linear-algebra error
+    assert isinstance(info.value, torch.linalg.LinAlgError) and isinstance(info.value, ImproperPolicyError)
+    try:
+        policy_evaluation(P, R, loop, 1.0)
+    except torch.linalg.LinAlgError as err:          # the reader code of the sample chapter
+        caught = err
+    assert 'never reaches a terminal state' in str(caught)
     assert 'I - gamma*P_pi' in str(info.value) and 'never reaches a terminal state' in str(info.value)
     # a stochastic policy that only reads and tests is improper too
     dither = torch.zeros(7, 4, dtype=torch.float64)

@@ -10,7 +10,7 @@ import torch
 import agentrl.grpo as m
 from agentrl.gym import (BugFixEnv, GYM_NAMES, HONEST_OPS, make_tasks, public_reward,
                          run_episode, scripted_policy)
-from agentrl.policies import TinyAgent
+from agentrl.policies import TinyAgent, snap_weights
 from agentrl.ppo import ppo_policy_loss
 from agentrl.trajectories import build_tokenizer, collate, scripted_rollout
 
@@ -210,14 +210,14 @@ def test_make_env():
         m.make_env(None)
 
 
-def test_make_rl_base_uses_one_oracle_set_in_nine(tok, monkeypatch):
+def test_make_rl_base_uses_two_oracle_sets_in_ten(tok, monkeypatch):
     seen = {}
     monkeypatch.setattr(m, 'make_base_agent', lambda tok, **kw: seen.update(kw) or 'agent')
     assert m.make_rl_base(tok, seed=3) == 'agent'
     kinds = seen['kinds']
-    assert len(kinds) == 9 and kinds.count('oracle') == 1
+    assert len(kinds) == 10 and kinds.count('oracle') == 2 and kinds.count('random') == kinds.count('blind') == 4
     assert set(kinds) == {'random', 'blind', 'oracle'} and seen['seed'] == 3
-    assert seen['steps'] == m.RL_BASE_STEPS
+    assert seen['steps'] == m.RL_BASE_STEPS == 1200
 
 
 # ---------------------------------------------------------------- sampling and stats
@@ -347,3 +347,67 @@ def test_train_rl_smoke_is_deterministic(tok):
     assert all(nan_eq(r1[k], r2[k]) for r1, r2 in zip(*runs) for k in r1)
     with pytest.raises(ValueError, match='steps'):
         m.train_rl(model, TRAIN, tok, cfg, -1)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_a_lower_precision_agent_trains_in_its_own_dtype(tok, dtype):
+    """The library follows the model's dtype: sampling, collate, advantages and the update all run,
+    the weights stay in that dtype, and the trajectories keep their float64 log-probs."""
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, eval_samples=1)
+    torch.manual_seed(1)
+    model = TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2, dtype=dtype)
+    trajs = m.sample_groups(model, None, TRAIN[:2], tok, cfg, torch.Generator().manual_seed(0))
+    assert all(t.sample_logp.dtype == torch.float64 for t in trajs)
+    history = m.train_rl(model, TRAIN, tok, cfg, 2, env_factory=fixed_rewards([1, 0, 0, 0]))
+    assert all(p.dtype == dtype for p in model.parameters())
+    assert all(r['updated'] and math.isfinite(r['loss']) and math.isfinite(r['grad_norm']) for r in history)
+
+
+def test_train_rl_step_without_update_says_so(tok, capsys):
+    """All groups with equal rewards: no update, no statistics (never NaN), and the log says why."""
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3)
+    torch.manual_seed(1)
+    model = TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+    before = [p.detach().clone() for p in model.parameters()]
+    snap_weights(before, cfg.weight_grid)              # train_rl starts by snapping; nothing else may move
+    history = m.train_rl(model, TRAIN, tok, cfg, 2, log_every=1, env_factory=fixed_rewards([0, 0, 0, 0]))
+    assert all(not r['updated'] and r['kept_groups'] == 0 and r['tokens'] == 0 for r in history)
+    assert all(not set(m.UPDATE_KEYS) & set(r) for r in history)
+    assert all(not (isinstance(v, float) and math.isnan(v)) for r in history for v in r.values())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    out = capsys.readouterr().out
+    assert out.count('no update: all 2 groups had equal rewards') == 2 and 'nan' not in out
+
+
+def test_policy_logp_by_length_equals_one_padded_pass(tiny, tok):
+    """Grouping rows by length changes the cost, not the values or the gradients."""
+    import copy
+    trajs = [scripted_rollout(scripted_policy(kind, seed=s), m.EditBudgetEnv(), t, tok)
+             for t in TRAIN[:6] for kind, s in (('oracle', 1), ('blind', 2), ('random', 3))]
+    batch = collate(trajs, tok.pad_id)
+    lengths = batch['attention_mask'].sum(-1)
+    assert len(set(lengths.tolist())) > 3                               # really ragged
+    a, b = copy.deepcopy(tiny), copy.deepcopy(tiny)
+    one, h1 = m._policy_logp(a, batch['ids'], batch['action_mask'], 0.7, with_entropy=True)
+    chunked, h2 = m._policy_logp(b, batch['ids'], batch['action_mask'], 0.7, with_entropy=True, lengths=lengths)
+    assert (one - chunked).abs().max().item() < 1e-12 and abs(h1 - h2) < 1e-12
+    assert bool((chunked[batch['action_mask'] == 0] == 0).all())
+    (one * torch.arange(one.shape[1])).sum().backward()
+    (chunked * torch.arange(one.shape[1])).sum().backward()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert (p.grad - q.grad).abs().max().item() < 1e-10
+
+
+def test_train_rl_keeps_weights_on_the_grid(tok):
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3)
+    torch.manual_seed(1)
+    model = TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+    m.train_rl(model, TRAIN, tok, cfg, 2, env_factory=fixed_rewards([1, 0, 0, 0]))
+    scaled = [p.detach() / cfg.weight_grid for p in model.parameters()]
+    assert all(torch.equal(s, torch.round(s)) for s in scaled)
+    free = TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+    m.train_rl(free, TRAIN, tok, m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, weight_grid=None), 2,
+               env_factory=fixed_rewards([1, 0, 0, 0]))
+    assert not all(torch.equal(p / cfg.weight_grid, torch.round(p / cfg.weight_grid)) for p in free.parameters())
+    with pytest.raises(ValueError, match='weight_grid'):
+        m.RLConfig(weight_grid=-1.0)

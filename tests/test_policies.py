@@ -498,7 +498,7 @@ def test_large_shift_keeps_float32_precision(shift):
         assert abs(lp - py_log_softmax(r[b].tolist())[ids[b]]) < 1e-4
     # chunked: logits = weight @ hidden with hidden = (1, 1) and weight rows (base_v, shift): exact sums
     W = torch.tensor([[b_, shift] for b_ in base], dtype=torch.float32)      # [V=4, D=2]
-    hid = torch.ones(1, 3, 2)                                                 # [B=1, T=3, D=2]
+    hid = torch.ones(1, 3, 2, dtype=torch.float32)                            # [B=1, T=3, D=2]
     out = m.chunked_log_probs(hid, W, torch.tensor([[0, 2, 3]]), chunk_size=2)
     assert max(abs(a - want[i]) for a, i in zip(out[0].tolist(), [0, 2, 3])) < 1e-5
 
@@ -544,7 +544,7 @@ def test_error_names_the_bad_row():
 def test_chunked_log_probs_empty_sequence():
     hid = torch.zeros(3, 0, 4, requires_grad=True)
     out = m.chunked_log_probs(hid, torch.zeros(5, 4), torch.zeros(3, 0, dtype=torch.long))
-    assert out.shape == (3, 0) and out.dtype == torch.float32
+    assert out.shape == (3, 0) and out.dtype == hid.dtype
     out.sum().backward()                                   # still part of the graph
     assert hid.grad.shape == (3, 0, 4)
 
@@ -621,3 +621,137 @@ def test_masked_positions_without_cache_and_all_pad_chunk():
               position_ids=torch.tensor([[0, 1, 2], [0, 9, 9]]),
               attention_mask=torch.tensor([[1, 1, 1], [1, 0, 0]]), kv_cache=cache)
         assert cache.next_pos.tolist() == [3, 1]
+
+
+# ----------------------------------------------------------------------------- sampling by inversion
+def test_sample_next_is_inverse_cdf_of_its_own_uniforms():
+    """Each id is the first whose cumulative probability exceeds the row's uniform draw (by a loop)."""
+    z = torch.randn(64, 9, generator=torch.Generator().manual_seed(11))
+    z[5, 3:] = NINF                                                     # a row with excluded tokens
+    ids, _ = m.sample_next(z, 1.3, 0.8, torch.Generator().manual_seed(12))
+    u = torch.rand(64, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(12))[:, 0]
+    for b in range(64):
+        probs = [math.exp(v) for v in m.sampling_log_probs(z[b], 1.3, 0.8).tolist()]
+        target, acc = u[b].item() * sum(probs), 0.0
+        want = next(i for i, p in enumerate(probs) if (acc := acc + p) > target)
+        assert ids[b].item() == want
+        assert probs[ids[b]] > 0                                        # never an excluded token
+
+
+def test_sample_next_rounding_at_the_top_picks_the_last_kept_id():
+    """u * total can round up to total; the draw then takes the last id with probability > 0."""
+    z = torch.tensor([[0.0, 0.0, NINF, NINF]])
+    orig = torch.rand
+    try:
+        torch.rand = lambda *a, **k: torch.ones(1, 1, dtype=torch.float64)   # the worst case, u = 1
+        ids, logp = m.sample_next(z)
+    finally:
+        torch.rand = orig
+    assert ids.tolist() == [1] and math.isclose(logp.item(), math.log(0.5))
+
+
+def test_sample_next_follows_the_logits_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        z = torch.randn(4, 7, generator=torch.Generator().manual_seed(13)).to(dtype)
+        ids, logp = m.sample_next(z, generator=torch.Generator().manual_seed(0))
+        assert logp.dtype == dtype and ids.dtype == torch.long
+
+
+# ----------------------------------------------------------------------------- number format
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16, torch.float64])
+def test_agent_dtype_sets_weights_and_outputs(dtype):
+    agent = make_agent(dtype=dtype)
+    assert all(p.dtype == dtype for p in agent.parameters())
+    ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(1))
+    assert agent(ids).dtype == dtype and m.sequence_log_probs(agent, ids).dtype == dtype
+
+
+def test_agent_config_dtype_default_and_validation():
+    assert m.AgentConfig(vocab_size=10).dtype == torch.float64
+    with pytest.raises(ValueError, match='dtype'):
+        m.AgentConfig(vocab_size=10, dtype=torch.int64)
+
+
+def test_float32_and_float64_agents_agree_to_float32_precision():
+    a64 = make_agent()
+    a32 = make_agent()
+    a32.to(torch.float32)
+    ids = torch.randint(0, 23, (3, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        d = (a64(ids) - a32(ids).double()).abs().max().item()
+    assert 0 < d < 1e-4
+
+
+# ----------------------------------------------------------------------------- KV cache storage
+def test_kv_cache_grows_in_place_and_matches_a_cat_cache():
+    """Preallocated, doubled storage gives the logits of a plain forward; capacity at least doubles."""
+    agent = make_agent()
+    ids = torch.randint(0, 23, (2, 150), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = agent(ids)
+        cache = agent.new_cache()
+        outs, capacities = [agent(ids[:, :3], kv_cache=cache)], {cache.keys[0].shape[2]}
+        for t in range(3, 150):
+            outs.append(agent(ids[:, t:t + 1], kv_cache=cache))
+            capacities.add(cache.keys[0].shape[2])
+    assert (torch.cat(outs, 1) - full).abs().max().item() < 1e-12
+    # 3 tokens -> 64 slots; the 65th token -> 2 * 65 = 130; the 131st -> 2 * 131 = 262
+    assert sorted(capacities) == [64, 130, 262] and len(cache) == 150
+    assert cache.keys[0].shape == (2, 4, 262, 16)             # [B, H, capacity, D/H]
+
+
+def test_kv_cache_refuses_gradients():
+    agent = make_agent()
+    with pytest.raises(ValueError, match='no_grad'):
+        agent(torch.zeros(1, 3, dtype=torch.long), kv_cache=agent.new_cache())
+
+
+def test_kv_cache_compact_drops_padding_slots_and_keeps_logits():
+    """Rows that waited leave padding slots; compact() removes them and later logits do not change."""
+    agent = make_agent()
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randint(1, 23, (12,), generator=g), torch.randint(1, 23, (12,), generator=g)
+    with torch.no_grad():
+        cache = agent.new_cache()
+        agent(torch.stack([a[:3], b[:3]]), kv_cache=cache)
+        # row b waits (all padding) for two chunks while row a reads
+        for s, e in [(3, 7), (7, 9)]:
+            feed = torch.stack([a[s:e], torch.zeros(e - s, dtype=torch.long)])
+            agent(feed, attention_mask=torch.tensor([[1] * (e - s), [0] * (e - s)]), kv_cache=cache)
+        assert len(cache) == 9 and cache.key_mask[1].sum().item() == 3
+        cache.compact()
+        assert len(cache) == 9 and cache.key_mask[1].tolist() == [True] * 3 + [False] * 6
+        out = agent(torch.stack([a[9:10], b[3:4]]), kv_cache=cache)[:, -1]
+        alone_a = agent(torch.cat([a[:7], a[7:9], a[9:10]])[None])[0, -1]
+        alone_b = agent(b[None, :4])[0, -1]
+    assert (out[0] - alone_a).abs().max().item() < 1e-12 and (out[1] - alone_b).abs().max().item() < 1e-12
+    # equal real counts: compact() removes every slot of shared padding and drops the mask
+    with torch.no_grad():
+        cache = agent.new_cache()
+        agent(torch.stack([a[:4], b[:4]]), attention_mask=torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0]]),
+              kv_cache=cache)
+        cache.compact()
+    assert len(cache) == 2 and cache.key_mask is None
+
+
+# ----------------------------------------------------------------------------- snapping to the grid
+def test_snap_weights_rounds_to_the_grid_by_hand():
+    w = torch.tensor([0.3, -1.0000004, 2.0 ** -21 * 3, 1e-9])
+    m.snap_weights([w], grid=2.0 ** -20)
+    # by hand: round(x * 2^20) / 2^20
+    want = [round(0.3 * 2 ** 20) / 2 ** 20, -1.0, 2.0 ** -20 * 2, 0.0]   # 1.5 -> 2 (half to even)
+    assert w.tolist() == want
+    with pytest.raises(ValueError, match='grid'):
+        m.snap_weights([w], grid=0.0)
+    with pytest.raises(TypeError, match='tensors'):
+        m.snap_weights([[0.1]])
+    with pytest.raises(ValueError, match='floating'):
+        m.snap_weights([torch.zeros(2, dtype=torch.long)])
+
+
+def test_snapping_erases_a_difference_below_the_grid():
+    """Two copies 1e-17 apart snap to identical tensors (unless a weight sits on a midpoint)."""
+    a = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 0.05
+    b = a + 1e-17 * torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    m.snap_weights([a, b])
+    assert torch.equal(a, b) and m.WEIGHT_GRID == 2.0 ** -20

@@ -252,7 +252,8 @@ def tok():
     return build_tokenizer(make_tasks('all'))
 
 
-def test_make_base_agent_deterministic(tok):
+def test_make_base_agent_deterministic(tok, monkeypatch):
+    monkeypatch.setenv('AGENTRL_CACHE', 'off')          # train every time: determinism of training itself
     kw = dict(kinds=('blind',), episodes_per_task=1, steps=3, batch_size=4)
     a, b = m.make_base_agent(tok, seed=3, **kw), m.make_base_agent(tok, seed=3, **kw)
     c = m.make_base_agent(tok, seed=4, **kw)
@@ -273,6 +274,78 @@ def test_make_base_agent_learns_the_grammar(tok):
     with torch.no_grad():
         nll = -m.masked_mean(sequence_log_probs(model, batch['ids']), batch['action_mask'])
     assert float(nll) < 0.5 * math.log(len(tok))
+
+
+SMALL = dict(kinds=('blind',), episodes_per_task=1, steps=4, batch_size=8)
+
+
+def _same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    import pathlib
+    monkeypatch.delenv('AGENTRL_CACHE', raising=False)
+    assert m.cache_dir() == pathlib.Path.home() / '.cache' / 'agentrl'
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    assert m.cache_dir() == tmp_path
+    monkeypatch.setenv('AGENTRL_CACHE', 'off')
+    assert m.cache_dir() is None
+
+
+def test_weights_cache_loads_bit_identical_weights_without_training(tok, monkeypatch, tmp_path):
+    monkeypatch.setenv('AGENTRL_CACHE', 'off')
+    fresh = m.make_base_agent(tok, seed=2, **SMALL)
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    first = m.make_base_agent(tok, seed=2, **SMALL)                   # trains and stores
+    assert len(list(tmp_path.glob('make_base_agent-*.pt'))) == 1
+    def no_training(*args, **kwargs):
+        raise AssertionError('a cached call must not train')
+    monkeypatch.setattr(m, '_behaviour_clone', no_training)
+    second = m.make_base_agent(tok, seed=2, **SMALL)                  # loads
+    assert _same_weights(fresh, first) and _same_weights(fresh, second)
+    assert not second.training
+    after_load = torch.rand(3)                                        # global generator after a cached call
+    monkeypatch.undo()
+    monkeypatch.setenv('AGENTRL_CACHE', 'off')
+    m.make_base_agent(tok, seed=2, **SMALL)
+    assert torch.equal(torch.rand(3), after_load)                     # ... is where training leaves it
+
+
+def test_weights_cache_key_covers_the_arguments(tok, monkeypatch, tmp_path):
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    a = m.make_base_agent(tok, seed=2, **SMALL)
+    b = m.make_base_agent(tok, seed=3, **SMALL)
+    c = m.make_base_agent(tok, seed=2, **{**SMALL, 'steps': 5})
+    assert len(list(tmp_path.glob('make_base_agent-*.pt'))) == 3
+    assert not _same_weights(a, b) and not _same_weights(a, c)
+
+
+def test_weights_cache_replaces_a_damaged_file(tok, monkeypatch, tmp_path):
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    good = m.make_base_agent(tok, seed=2, **SMALL)
+    (path,) = tmp_path.glob('make_base_agent-*.pt')
+    path.write_bytes(b'not a checkpoint')
+    again = m.make_base_agent(tok, seed=2, **SMALL)
+    assert _same_weights(good, again) and path.stat().st_size > 1000
+
+
+def test_weights_cache_two_processes_at_once(tmp_path):
+    """Two processes that want the same weights at the same moment: one file, identical weights."""
+    import os
+    import subprocess
+    import sys
+    code = ("import torch; from agentrl.gym import make_tasks; from agentrl.trajectories import build_tokenizer; "
+            "from agentrl.policy_gradient import make_base_agent; tok = build_tokenizer(make_tasks('all')); "
+            "m = make_base_agent(tok, seed=5, kinds=('blind',), episodes_per_task=1, steps=30, batch_size=8); "
+            "print(repr(sum(p.sum().item() for p in m.parameters())))")
+    env = dict(os.environ, AGENTRL_CACHE=str(tmp_path), OMP_NUM_THREADS='1')
+    procs = [subprocess.Popen([sys.executable, '-c', code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    sums = [p.communicate(timeout=240)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and sums[0] == sums[1]
+    assert len(list(tmp_path.glob('make_base_agent-*.pt'))) == 1 and not list(tmp_path.glob('*.tmp*'))
 
 
 def test_make_base_agent_validation(tok):

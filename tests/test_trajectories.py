@@ -212,7 +212,7 @@ def test_hand_built_episode_with_known_ids():
     assert traj.action_mask.tolist() == [0, 0, 1, 1, 1, 0, 1, 1]
     assert traj.sample_logp.tolist() == [0, 0, -0.5, -1.0, -0.25, 0, 0, 0]
     assert traj.reward == 1.0 and traj.info == {'done': True} and len(traj) == 9
-    assert traj.ids.dtype == torch.long and traj.action_mask.dtype == torch.float32
+    assert traj.ids.dtype == torch.long and traj.action_mask.dtype == torch.float64
 
 
 def test_episode_edges_and_errors():
@@ -291,7 +291,7 @@ def test_trajectory_validation_names_the_field():
                 reward=0.0, info={})
     Trajectory(**good)
     for field, bad in [('ids', torch.tensor([2.0, 4.0, 5.0])), ('action_mask', torch.ones(3)),
-                       ('sample_logp', torch.zeros(2, dtype=torch.float64)), ('owner', torch.tensor([0, 1])),
+                       ('sample_logp', torch.zeros(2, dtype=torch.float32)), ('owner', torch.tensor([0, 1])),
                        ('turn', [0, 1, 1])]:
         with pytest.raises(ValueError, match=field):
             Trajectory(**{**good, field: bad})
@@ -587,7 +587,7 @@ def test_collate_by_loop():
     T = max(len(t) for t in trajs)
     assert b['ids'].shape == b['attention_mask'].shape == (3, T)
     assert b['action_mask'].shape == b['sample_logp'].shape == b['turn_ids'].shape == (3, T - 1)
-    assert b['rewards'].shape == (3,) and b['rewards'].dtype == torch.float32
+    assert b["rewards"].shape == (3,) and b["rewards"].dtype == torch.float64
     for r, traj in enumerate(trajs):
         n = len(traj)
         for t in range(T):
