@@ -27,11 +27,12 @@ libpage: venv  ## regenerate library.md (the agentrl library page)
 	$(PY) scripts/library_page.py > library.md
 
 mathjax: $(MATHJAX)
-$(MATHJAX):  ## offline MathJax 3 from the npm registry (never committed)
-	rm -rf build/npm && mkdir -p build/npm _mathjax/mathjax/output/chtml/fonts
-	npm install --silent --no-audit --no-fund --prefix build/npm mathjax@3 >/dev/null
-	cp -r build/npm/node_modules/mathjax/es5/output/chtml/fonts/woff-v2 _mathjax/mathjax/output/chtml/fonts/
-	cp build/npm/node_modules/mathjax/es5/tex-mml-chtml.js $(MATHJAX)
+$(MATHJAX):  ## offline MathJax 4 and its font from the npm registry (never committed)
+	rm -rf build/npm _mathjax && mkdir -p build/npm _mathjax/fonts
+	npm install --silent --no-audit --no-fund --prefix build/npm mathjax@4.1.3 @mathjax/mathjax-newcm-font@4.1.3 >/dev/null
+	cp -r build/npm/node_modules/mathjax _mathjax/mathjax
+	mkdir -p _mathjax/fonts/mathjax-newcm-font
+	cp -r build/npm/node_modules/@mathjax/mathjax-newcm-font/chtml build/npm/node_modules/@mathjax/mathjax-newcm-font/chtml.js _mathjax/fonts/mathjax-newcm-font/
 
 site: venv lib libpage mathjax
 	$(BIN)/jupyter-book build . -W -n --keep-going -q

@@ -494,7 +494,7 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
                                          lengths=lengths[rows])
             mb_old = logp.detach() if old_logp is None else old_logp[rows, :L - 1]
             loss, stats = policy_loss(logp, mb_old, advantages[rows], mb_mask, cfg)
-            kl = torch.zeros(())
+            kl = torch.zeros((), dtype=logp.dtype)
             if ref_logp is not None:
                 kl = aggregate_loss(kl_penalty(logp, ref_logp[rows, :L - 1], cfg.kl_kind), mb_mask,
                                     kl_mode, cfg.norm_const if kl_mode == cfg.loss_agg_mode else None)

@@ -376,7 +376,7 @@ def _behaviour_clone(model, tok, seed, kinds, episodes_per_task, steps, batch_si
     gen = torch.Generator().manual_seed(seed)
     batches = []                                       # lists of demo indices, one per step
     while len(batches) < steps:                        # one pass over the demos per round:
-        tie = torch.rand(len(demos), generator=gen).tolist()
+        tie = torch.rand(len(demos), generator=gen, dtype=torch.float64).tolist()   # not the default dtype
         order = sorted(range(len(demos)), key=lambda i: (len(demos[i]), tie[i]))   # by length, ties random
         chunk = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
         batches += [chunk[i] for i in torch.randperm(len(chunk), generator=gen).tolist()]

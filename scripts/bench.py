@@ -44,10 +44,14 @@ def main():
     ap.add_argument('--out', default='bench/results.json')
     ap.add_argument('--only', nargs='*', help='notebook stems to time (default: all); with --only the '
                     'other notebooks and the probes are kept from the existing --out file')
+    ap.add_argument('--probes', nargs='*', help='run only these probes (e.g. grpo kernels) and no notebook; '
+                    'everything else is kept from the existing --out file')
     args = ap.parse_args()
     notebooks = sorted((ROOT / 'nbs').glob('*.ipynb'))
     if args.only:
         notebooks = [p for p in notebooks if p.stem in args.only]
+    if args.probes is not None:
+        notebooks = []
     results = {}
     for nb in notebooks:
         runs = [time_notebook(nb) for _ in range(args.repeats)]
@@ -57,18 +61,24 @@ def main():
         print(f'{nb.stem:28s} median {results[nb.stem]["median_s"]:7.2f} s  runs {results[nb.stem]["runs_s"]}',
               flush=True)
     out = ROOT / args.out
-    old = json.loads(out.read_text()) if args.only and out.exists() else {}
+    partial = args.only or args.probes is not None
+    old = json.loads(out.read_text()) if partial and out.exists() else {}
     results = {**old.get('notebooks', {}), **results}
     results = {k: results[k] for k in sorted(results)}
     total = round(sum(r['median_s'] for r in results.values()), 2)
-    if args.only and 'probes' in old:
+    all_probes = sorted((ROOT / 'scripts').glob('bench_*.py'))
+    if args.probes is not None:
+        probes = {**old.get('probes', {}), **{p.stem[len('bench_'):]: run_probe(p) for p in all_probes
+                                              if p.stem[len('bench_'):] in args.probes}}
+    elif args.only and 'probes' in old:
         probes = old['probes']
     else:
-        probes = {p.stem[len('bench_'):]: run_probe(p) for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
+        probes = {p.stem[len('bench_'):]: run_probe(p) for p in all_probes}
     for name, value in probes.items():
         print(f'probe {name}: {value}')
     report = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
-                          'threads': 1, 'repeats': args.repeats},
+                          'threads': 1, 'repeats': old.get('machine', {}).get('repeats', args.repeats)
+                          if args.probes is not None else args.repeats},
               'notebooks': results, 'total_median_s': total,
               'budget': {'chapter_s': CHAPTER_BUDGET, 'book_s': BOOK_BUDGET,
                          'book_within_budget': total <= BOOK_BUDGET},

@@ -46,7 +46,7 @@ def compare(a, b):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--steps', type=int, default=80)
+    ap.add_argument('--steps', type=int, default=150)
     args = ap.parse_args()
     import torch
     other = {'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_ENABLE_INSTRUCTIONS': 'AVX2'} \

@@ -46,7 +46,13 @@ def first_line(obj):
 
 
 def cell(text):
+    "Code in a table cell: pipes escaped (the backticks keep everything else literal)."
     return text.replace('|', '\\|')
+
+
+def prose(text):
+    "Prose in a table cell: pipes escaped, < > & as entities, so '<call>' shows instead of vanishing as a tag."
+    return cell(text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;'))
 
 
 def plain(text):
@@ -64,6 +70,26 @@ def describe(obj):
     return f'constant: `{text if len(text) <= 80 else text[:77] + "..."}`'
 
 
+LABEL = re.compile(r'^\((sec-[0-9A-Z]+-\d+)\)=', re.M)
+
+
+def constant_sections(stem):
+    """{name: 'sec-N-k'} for every module-level assignment in the export cells of notebook `stem`,
+    the section being the last `(sec-N-k)=` target above the cell that assigns it."""
+    cells = json.loads((ROOT / 'nbs' / f'{stem}.ipynb').read_text())['cells']
+    where, current = {}, None
+    for c in cells:
+        src = ''.join(c['source'])
+        if c['cell_type'] == 'markdown':
+            labels = LABEL.findall(src)
+            current = labels[-1] if labels else current
+        elif re.match(r'\s*#\|\s*export', src) and current:
+            for names in re.findall(r'^([A-Z_][A-Za-z0-9_]*(?:\s*,\s*[A-Z_][A-Za-z0-9_]*)*)\s*(?::[^=]*)?=', src, re.M):
+                for name in names.split(','):
+                    where.setdefault(name.strip(), current)
+    return where
+
+
 def render():
     lines = ['# The agentrl library', '',
              'Every definition that the book saves into `agentrl`, chapter by chapter. Each name is',
@@ -72,6 +98,7 @@ def render():
              '(`make libpage`) from the library itself, so it cannot drift from the code.', '']
     for module, title, stem in chapters():
         mod = importlib.import_module(f'agentrl.{module}')
+        constants = constant_sections(stem)
         lines += [f'## {title}', '', f'Module `agentrl.{module}`, notebook `nbs/{stem}.ipynb`.', '',
                   '| Definition | Summary | Section |', '| --- | --- | --- |']
         for name in mod.__all__:
@@ -81,8 +108,11 @@ def render():
                 m = SECTION.search(inspect.getdoc(obj) or '')
                 where = f'{{ref}}`{m.group(1)}.{m.group(2)} <sec-{m.group(1)}-{m.group(2)}>`' if m else ''
             else:
-                sig, summary, where = name, describe(obj), ''
-            lines.append(f'| `{cell(sig)}` | {cell(summary)} | {where} |')
+                sig, summary = name, describe(obj)
+                label = constants.get(name)
+                where = f'{{ref}}`{label[4:].replace("-", ".")} <{label}>`' if label else ''
+            text = prose(summary) if callable(obj) else cell(summary)   # a constant's repr sits in backticks
+            lines.append(f'| `{cell(sig)}` | {text} | {where} |')
         lines.append('')
     return '\n'.join(lines)
 

@@ -90,13 +90,15 @@ def test_comparison_rules():
 
 
 def test_committed_notebooks_are_finished():
-    """Hidden cells carry `remove-cell`; no stderr or progress widget is stored (run `make execute`)."""
+    """Hidden cells carry `remove-cell`, figure-only cells `hide-input`; no stderr or progress widget is stored."""
     import sys
     sys.path.insert(0, str(NOTEBOOKS[0].parents[1] / 'scripts'))
-    from tag_hidden import is_progress, needs_tag
+    from tag_hidden import figure_only, is_progress, needs_tag
     for path in NOTEBOOKS:
         for cell in json.loads(path.read_text())['cells']:
             if needs_tag(cell):
                 assert 'remove-cell' in cell['metadata'].get('tags', []), f'{path.name}: {cell["id"]} not hidden'
+            if figure_only(cell):
+                assert 'hide-input' in cell['metadata'].get('tags', []), f'{path.name}: {cell["id"]} shows its drawing code'
             for out in cell.get('outputs', []):
                 assert not is_progress(out), f'{path.name}: cell {cell["id"]} stores stderr or a progress widget'

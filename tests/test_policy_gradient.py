@@ -423,3 +423,16 @@ def test_policy_gradient_step_validation():
         m.policy_gradient_step(model, opt, batch, torch.full((3,), float('nan')))
     with pytest.raises(ValueError, match='max_grad_norm'):
         m.policy_gradient_step(model, opt, batch, torch.zeros(3), max_grad_norm=0)
+
+
+def test_make_base_agent_does_not_depend_on_the_default_dtype(tok, monkeypatch):
+    """The weights follow AgentConfig.dtype, whatever torch's default dtype is (no hidden float32 draw)."""
+    monkeypatch.setenv('AGENTRL_CACHE', 'off')
+    a = m.make_base_agent(tok, seed=2, **SMALL)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        b = m.make_base_agent(tok, seed=2, **SMALL)
+    finally:
+        torch.set_default_dtype(previous)
+    assert _same_weights(a, b)

@@ -42,4 +42,8 @@ def test_site_builds_with_figures(tmp_path):
         if 'class="math' in page:
             assert 'mathjax/tex-mml-chtml.js' in page, f'{nb.stem}: math without offline MathJax'
         assert '#| hide' not in page, f'{nb.stem}: a hidden cell is shown'
+        shown_code = ' '.join(re.findall(r'<pre>(.*?)</pre>', page, re.S))
+        assert '#| export' not in shown_code, f'{nb.stem}: nbdev directives shown in the code'
+        for alt in re.findall(r'<img alt="([^"]*)"[^>]+\.png', page):
+            assert alt.startswith('Figure '), f'{nb.stem}: a figure without its caption as alt text: {alt[:60]!r}'
     assert (html / 'library.html').exists()
