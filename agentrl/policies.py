@@ -571,7 +571,7 @@ def snap_weights(params, grid=WEIGHT_GRID):
     positive number, best a power of two (2 ** -20 by default), so that its multiples are exact
     in float64 (weights below 2 ** 32) and float32 (below 2 ** 3); ties round to even.
     Training runs are chaotic: two CPUs whose kernels round the last bit of a float64 sum
-    differently start about 1e-17 apart, and every update multiplies the gap (about 1.5 times
+    differently start about 1e-17 apart, and every update multiplies the gap (about 1.3 times
     per update in Chapter 9's RL runs), until the runs sample different episodes. Snapping the
     weights after every optimizer step resets the gap to exactly 0, unless a weight lies within
     the gap of a rounding midpoint (about once in 1e11 weight updates). The default grid is a

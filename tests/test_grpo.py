@@ -411,3 +411,23 @@ def test_train_rl_keeps_weights_on_the_grid(tok):
     assert not all(torch.equal(p / cfg.weight_grid, torch.round(p / cfg.weight_grid)) for p in free.parameters())
     with pytest.raises(ValueError, match='weight_grid'):
         m.RLConfig(weight_grid=-1.0)
+
+
+def test_make_grpo_agent_is_the_run_and_caches_it(tok, monkeypatch, tmp_path):
+    def small_base(tok, seed=0):
+        torch.manual_seed(seed)
+        return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+    monkeypatch.setattr(m, 'make_rl_base', small_base)
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    model, history = m.make_grpo_agent(tok, base_seed=1, seed=2, steps=1)
+    ref = small_base(tok, seed=1)                       # the same run, written out by hand
+    ref_history = m.train_rl(ref, TRAIN, tok, m.RLConfig(seed=2), 1, eval_tasks=HELDOUT, eval_every=25)
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert history == ref_history and same(model, ref) and not model.training
+    assert len(list(tmp_path.glob('make_grpo_agent-*.pt'))) == 1
+    monkeypatch.setattr(m, 'train_rl', lambda *a, **k: pytest.fail('trained instead of loading the cache'))
+    again, again_history = m.make_grpo_agent(tok, base_seed=1, seed=2, steps=1)
+    assert again_history == history and same(again, model)
+    for bad in (dict(base_seed=-1), dict(seed=1.5), dict(steps=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            m.make_grpo_agent(tok, **bad)

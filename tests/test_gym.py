@@ -16,6 +16,7 @@ from agentrl.gym import (Task, run_tests, sample_args, draw_tests, make_tasks, c
 
 TRAIN = make_tasks('train')
 HELDOUT = make_tasks('heldout')
+TEST = make_tasks('test')
 ALL = make_tasks('all')
 
 # Independent reference implementations of every variant, written from the variant's purpose.
@@ -50,6 +51,17 @@ REFERENCE = {
     'sum_squares': lambda xs: sum(x ** 2 for x in xs),
     'dot': lambda xs, ys: sum(a * b for a, b in zip(xs, ys)),
     'prod_plus': lambda xs: math.prod(x + 1 for x in xs),
+    # the test split
+    'low_floor': lambda xs, lo: sorted(xs)[0] if sorted(xs)[0] > lo else lo,
+    'distance': lambda a, b: abs(a - b),
+    'take_first': lambda xs, k: xs[:k],
+    'list_between': lambda lo, hi: list(range(lo, hi + 1)),
+    'all_upto': lambda xs, t: not any(x > t for x in xs),
+    'reaches': lambda x, lo: not x < lo,
+    'excess_ratio': lambda a, b: 0 if b == 0 else a // b - 1,
+    'groups_of': lambda xs, size: 0 if size == 0 else len(xs) // size,
+    'length': lambda xs: len(xs),
+    'sum_abs': lambda xs: sum(x if x > 0 else -x for x in xs),
 }
 
 
@@ -65,7 +77,7 @@ def body(task):
 def test_task_validation_and_renamed():
     t = TRAIN[0]
     with pytest.raises(ValueError, match='split'):
-        dataclasses.replace(t, split='test')
+        dataclasses.replace(t, split='valid')
     with pytest.raises(ValueError, match='family'):
         dataclasses.replace(t, family='sorting')
     with pytest.raises(ValueError, match='op'):
@@ -220,11 +232,12 @@ def test_draw_tests_errors():
 # ---------------------------------------------------------------- make_tasks
 def test_make_tasks_counts_and_ops():
     assert len(TRAIN) >= 40 and len(HELDOUT) >= 15
-    assert (len(TRAIN), len(HELDOUT), len(ALL)) == (60, 20, 80)
-    for split in (TRAIN, HELDOUT):
+    assert (len(TRAIN), len(HELDOUT), len(TEST), len(ALL)) == (60, 20, 20, 100)
+    for split in (TRAIN, HELDOUT, TEST):
         assert {t.op for t in split} == set(m.HONEST_OPS)
     assert all(t.split == 'train' for t in TRAIN) and all(t.split == 'heldout' for t in HELDOUT)
-    assert len({t.name for t in ALL}) == 80
+    assert all(t.split == 'test' for t in TEST)
+    assert len({t.name for t in ALL}) == 100
     assert all(t.fn_name in m.GYM_NAMES for t in ALL)
     assert all(t.op == m.FAMILIES[t.family] for t in ALL)
 
@@ -247,7 +260,7 @@ def test_make_tasks_guarantees_per_task():
 
 def test_make_tasks_deterministic_and_split_consistent():
     assert make_tasks('train', seed=0) == TRAIN
-    by_name = {t.name: t for t in TRAIN + HELDOUT}
+    by_name = {t.name: t for t in TRAIN + HELDOUT + TEST}
     assert all(by_name[t.name] == t for t in ALL)
     other = make_tasks('train', seed=1)
     assert [t.buggy for t in other] == [t.buggy for t in TRAIN]
@@ -255,14 +268,30 @@ def test_make_tasks_deterministic_and_split_consistent():
 
 
 def test_splits_are_disjoint_by_body():
-    assert not ({body(t) for t in TRAIN} & {body(t) for t in HELDOUT})
-    assert not ({t.variant for t in TRAIN} & {t.variant for t in HELDOUT})
-    assert not ({t.fn_name for t in TRAIN} & {t.fn_name for t in HELDOUT})
+    for a, b in ((TRAIN, HELDOUT), (TRAIN, TEST), (HELDOUT, TEST)):
+        assert not ({body(t) for t in a} & {body(t) for t in b})
+        assert not ({t.variant for t in a} & {t.variant for t in b})
+    assert not ({t.fn_name for t in TRAIN} & {t.fn_name for t in HELDOUT + TEST})
+    assert {t.fn_name for t in TEST} == {t.fn_name for t in HELDOUT}      # borrowed names
+
+
+def test_test_split_adds_no_word_to_the_vocabulary(monkeypatch):
+    from agentrl.trajectories import build_tokenizer
+    with_test = build_tokenizer(ALL)
+    sealed = {f: {v: spec for v, spec in vs.items() if spec['split'] != 'test'} for f, vs in m.VARIANTS.items()}
+    monkeypatch.setattr('agentrl.trajectories.VARIANTS', sealed)
+    without = build_tokenizer(TRAIN + HELDOUT)
+    assert with_test.vocab == without.vocab and len(without.vocab) == 318
+    for t in TEST:                   # every view of a test task, after every op, is in the vocabulary
+        for op in m.OP_NAMES:
+            source = m.OPS[op](t.buggy, t.public)
+            assert not without.unknown_words(compact_source(source)), (t.name, op)
+            assert not without.unknown_words(format_results(run_tests(source, t.public, t.fn_name), t.public))
 
 
 def test_make_tasks_bad_input():
     with pytest.raises(ValueError, match='split'):
-        make_tasks('test')
+        make_tasks('valid')
     with pytest.raises(TypeError, match='seed'):
         make_tasks('train', seed='0')
 
@@ -682,7 +711,7 @@ def test_task_prompt_word_count():
 def test_task_tests_are_tuples_and_task_is_hashable():
     t = TRAIN[0]
     assert isinstance(t.public, tuple) and isinstance(t.hidden, tuple)
-    assert len(set(ALL)) == 80 and len({t: 1, dataclasses.replace(t): 2}) == 1
+    assert len(set(ALL)) == 100 and len({t: 1, dataclasses.replace(t): 2}) == 1
     with pytest.raises(AttributeError):
         t.public.append(((0, 0, 0), 0))
     built = Task(**{**t.__dict__, 'public': list(t.public), 'hidden': list(t.hidden)})

@@ -11,7 +11,7 @@ from notebook_runner import NOTEBOOKS, cpu_capability, execute, switched_kernels
 ORDER = sorted(NOTEBOOKS, key=lambda p: (not p.name.startswith(('09', '05', '08', '06', '03')), p.name))
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(3700)
 @pytest.mark.parametrize('path', ORDER, ids=[p.stem for p in ORDER])
 def test_notebook_outputs_match(path):
     expected = json.loads(path.read_text())
@@ -21,7 +21,7 @@ def test_notebook_outputs_match(path):
 
 
 @pytest.mark.kernels
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(3700)
 @pytest.mark.parametrize('path', ORDER, ids=[p.stem for p in ORDER])
 def test_notebook_outputs_match_with_switched_kernels(path):
     """The same regression with torch and MKL on another instruction set: what a reader's CPU does."""

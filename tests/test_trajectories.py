@@ -519,7 +519,7 @@ def test_rollout_batch_equals_rollout_for_a_deterministic_policy():
 
 def test_rollout_batch_ragged_episodes_and_one_forward_per_token_step():
     envs = [BugFixEnv(max_turns=k) for k in (1, 6, 2, 5, 3, 4, 1, 6)]
-    tasks = TASKS[::10]
+    tasks = TASKS[::10][:len(envs)]
     trace = []
     batch = m._lockstep(MODEL, envs, tasks, TOK, 6, 1.0, torch.Generator().manual_seed(0), trace=trace)
     for traj, env in zip(batch, envs):
