@@ -66,14 +66,14 @@ def main():
     results = {**old.get('notebooks', {}), **results}
     results = {k: results[k] for k in sorted(results)}
     total = round(sum(r['median_s'] for r in results.values()), 2)
-    all_probes = sorted((ROOT / 'scripts').glob('bench_*.py'))
+    probe_paths = {p.stem.removeprefix('bench_'): p for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
     if args.probes is not None:
-        probes = {**old.get('probes', {}), **{p.stem[len('bench_'):]: run_probe(p) for p in all_probes
-                                              if p.stem[len('bench_'):] in args.probes}}
+        probes = {**old.get('probes', {}),
+                  **{name: run_probe(path) for name, path in probe_paths.items() if name in args.probes}}
     elif args.only and 'probes' in old:
         probes = old['probes']
     else:
-        probes = {p.stem[len('bench_'):]: run_probe(p) for p in all_probes}
+        probes = {name: run_probe(path) for name, path in probe_paths.items()}
     for name, value in probes.items():
         print(f'probe {name}: {value}')
     report = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
