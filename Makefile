@@ -8,7 +8,7 @@ NB      ?= $(NBS)
 THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 MATHJAX := _mathjax/mathjax/tex-mml-chtml.js
 
-.PHONY: book test lib execute lab bench clean clean-cache site libpage mathjax venv
+.PHONY: book test warm lib execute lab bench clean clean-cache site libpage mathjax venv
 
 venv: .venv/.installed
 .venv/.installed: requirements.txt settings.ini setup.py
@@ -41,7 +41,11 @@ book: site  ## one command: environment, library, site; prints the page to open
 	@echo "Open: file://$(CURDIR)/_build/html/index.html"
 
 test: venv mathjax  ## every test: unit, export drift, notebook regression, site
+	$(PY) scripts/warm_cache.py --workers 2
 	$(THREADS) $(BIN)/pytest -n 2 --dist load -q
+
+warm: venv  ## train every cached run that is missing, on 2 cores (half on switched CPU kernels)
+	$(PY) scripts/warm_cache.py --workers 2
 
 execute: venv  ## re-run notebooks in place (NB=path to choose), clean, export
 	@for nb in $(NB); do echo "executing $$nb"; \

@@ -2,11 +2,13 @@
 
 # %% auto #0
 __all__ = ['ADVANTAGE_KINDS', 'KL_KINDS', 'REWARD_KINDS', 'LEVELS', 'RL_BASE_KINDS', 'RL_BASE_STEPS', 'UPDATE_KEYS', 'GRPO_STEPS',
-           'GRPO_EVAL_EVERY', 'RLConfig', 'compute_advantages', 'randomize_names', 'EditBudgetEnv', 'make_env',
-           'sample_groups', 'behavior_stats', 'evaluate', 'make_rl_base', 'kl_penalty', 'policy_loss', 'rl_update',
-           'sample_step', 'train_rl', 'make_grpo_agent', 'gspo_policy_loss']
+           'GRPO_EVAL_EVERY', 'METHODS', 'RLConfig', 'compute_advantages', 'randomize_names', 'EditBudgetEnv',
+           'make_env', 'sample_groups', 'behavior_stats', 'evaluate', 'make_rl_base', 'kl_penalty', 'policy_loss',
+           'rl_update', 'sample_step', 'train_rl', 'make_grpo_agent', 'evaluate_by_body', 'gspo_policy_loss',
+           'train_actor_critic', 'make_method_agent']
 
 # %% ../nbs/09_grpo.ipynb #c09-export-imports
+import ast
 import copy
 import importlib
 import inspect
@@ -14,21 +16,24 @@ import math
 import numbers
 import random
 import re
+import time
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from .policies import selected_log_probs, entropy_from_logits, snap_weights, WEIGHT_GRID
+from .policies import TinyAgent, selected_log_probs, entropy_from_logits, snap_weights, WEIGHT_GRID
 from .gym import BugFixEnv, GYM_NAMES, Task, hidden_reward, public_reward, make_tasks
 from .trajectories import rollout_batch, collate
-from .policy_gradient import aggregate_loss, make_base_agent, LOSS_AGG_MODES
+from .policy_gradient import aggregate_loss, make_base_agent, masked_mean, LOSS_AGG_MODES
 from .policy_gradient import _cached_weights, _fingerprint, _training_code
-from .advantages import group_advantages, rloo_advantages
-from .ppo import ppo_policy_loss
+from .advantages import group_advantages, rloo_advantages, outcome_rewards, gae_advantages
+from .advantages import make_critic, critic_values, explained_variance
+from .ppo import ppo_policy_loss, value_loss
 
 # %% ../nbs/09_grpo.ipynb #c09-config-def
-ADVANTAGE_KINDS = ('grpo', 'drgrpo', 'rloo')
+ADVANTAGE_KINDS = ('grpo', 'drgrpo', 'rloo', 'reward', 'batch_mean')
 KL_KINDS = ('k1', 'k2', 'k3')
 REWARD_KINDS = ('hidden', 'public')
 LEVELS = ('token', 'sequence')
@@ -61,7 +66,8 @@ class RLConfig:
     dual_clip: float = None        # None, or c > 1: bound the loss of a negative advantage at c |A|
     loss_agg_mode: str = 'token_mean'   # how tokens are weighted (aggregate_loss, Section 6.3)
     norm_const: float = None       # constant of 'seq_mean_token_sum_norm' (None: the padded length)
-    advantage: str = 'grpo'        # 'grpo' (r - mean) / std, 'drgrpo' r - mean, 'rloo' leave-one-out
+    advantage: str = 'grpo'        # 'grpo' (r - mean) / std, 'drgrpo' r - mean, 'rloo' leave-one-out;
+                                   # 'reward' r itself, 'batch_mean' r - batch mean (REINFORCE, Section 9.9)
     kl_coef: float = 0.0           # weight of the KL(pi || pi_ref) penalty in the loss (0: no reference)
     kl_kind: str = 'k3'            # estimator of that penalty: 'k1', 'k2' or 'k3'
     temperature: float = 1.0       # sampling temperature; the loss scores the same tempered distribution
@@ -130,8 +136,11 @@ def compute_advantages(batch, cfg):
     cfg.advantage selects the estimator (Chapter 7):
       'grpo'   (r - group mean) / (group std + 1e-6), unbiased std, as verl (GRPO);
       'drgrpo' r - group mean, no division (Dr. GRPO, Liu et al., 2025);
-      'rloo'   r minus the mean of the other G - 1 rewards (Ahmadian et al., 2024).
-    A group whose rewards are all equal gets exactly 0 under every kind, never NaN.
+      'rloo'   r minus the mean of the other G - 1 rewards (Ahmadian et al., 2024);
+      'reward' r itself, no baseline (REINFORCE, Williams, 1992; Chapter 6);
+      'batch_mean' r minus the mean reward of the whole batch (Chapter 6's baseline).
+    The last two ignore the groups (the batch need not be a multiple of G).
+    A group whose rewards are all equal gets exactly 0 under the three group kinds, never NaN.
     Returns [B] in the dtype of the rewards (float64 from collate). Raises TypeError for a cfg that is not an RLConfig; ValueError if
     batch has no 'rewards' or B is not a multiple of G (from group_advantages).
 
@@ -142,6 +151,10 @@ def compute_advantages(batch, cfg):
     if not isinstance(batch, dict) or 'rewards' not in batch:
         raise ValueError("compute_advantages: batch must be a dict with 'rewards' [B] (from collate)")
     rewards = batch['rewards']
+    if cfg.advantage == 'reward':
+        return rewards.clone()
+    if cfg.advantage == 'batch_mean':
+        return rewards - rewards.mean()
     if cfg.advantage == 'rloo':
         return rloo_advantages(rewards, cfg.group_size)
     return group_advantages(rewards, cfg.group_size, normalize_std=cfg.advantage == 'grpo')
@@ -449,7 +462,8 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
     """cfg.epochs passes of cfg.minibatches clipped steps on one batch -> dict of mean stats.
 
     batch: dict from collate (ids, attention_mask [B, T]; action_mask [B, T-1]). advantages:
-    floating [B]. cfg: RLConfig. Old log-probs are the model's own, computed once before the
+    floating [B], one per episode, or [B, T-1], one per token aligned with action_mask (a
+    critic's GAE, Section 9.9; token level only). cfg: RLConfig. Old log-probs are the model's own, computed once before the
     first step (with a single step in all, the detached current ones). Each pass orders the
     rows by torch.randperm(generator) (generator None: the batch order) and splits them into
     cfg.minibatches parts; each part computes policy_loss, adds cfg.kl_coef times the
@@ -475,9 +489,11 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
     if tuple(mask.shape) != (B, T - 1):
         raise ValueError(f"rl_update: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
                          f"got {list(mask.shape)}")
-    if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) != (B,):
+    shapes = [(B,)] if cfg.level == 'sequence' else [(B,), (B, T - 1)]
+    if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in shapes:
         got = list(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
-        raise ValueError(f"rl_update: advantages must be a tensor [B] = [{B}], got {got}")
+        want = f'[B] = [{B}]' if cfg.level == 'sequence' else f'[B] = [{B}] or [B, T-1] = [{B}, {T - 1}]'
+        raise ValueError(f"rl_update: advantages must be a tensor {want} at level {cfg.level!r}, got {got}")
     if cfg.minibatches > B:
         raise ValueError(f"rl_update: cfg.minibatches={cfg.minibatches} exceeds the batch's {B} rows")
     if cfg.kl_coef > 0 and ref_model is None:
@@ -500,7 +516,8 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
             logp, entropy = _policy_logp(model, mb_ids, mb_mask, cfg.temperature, with_entropy=True,
                                          lengths=lengths[rows])
             mb_old = logp.detach() if old_logp is None else old_logp[rows, :L - 1]
-            loss, stats = policy_loss(logp, mb_old, advantages[rows], mb_mask, cfg)
+            mb_adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :L - 1]
+            loss, stats = policy_loss(logp, mb_old, mb_adv, mb_mask, cfg)
             kl = torch.zeros((), dtype=logp.dtype)
             if ref_logp is not None:
                 kl = aggregate_loss(kl_penalty(logp, ref_logp[rows, :L - 1], cfg.kl_kind), mb_mask,
@@ -576,21 +593,41 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
 
     Defined in Section 9.5.
     """
-    _check_tasks(cfg, tasks, 'train_rl')
-    _check_int(steps, 'train_rl: steps', 0)
-    _check_int(log_every, 'train_rl: log_every', 0)
-    _check_int(eval_every, 'train_rl: eval_every', 1)
+    _check_loop_args(cfg, tasks, steps, log_every, eval_tasks, eval_every, 'train_rl')
+    optimizer = _optimizer(model, cfg)
+    if cfg.kl_coef > 0 and ref_model is None:
+        ref_model = copy.deepcopy(model).eval()
+
+    def update(batch, gen):
+        return rl_update(model, optimizer, batch, compute_advantages(batch, cfg), cfg, ref_model=ref_model, generator=gen)
+
+    return _rl_loop(model, tasks, tok, cfg, steps, log_every, eval_tasks, eval_every, env_factory, update)
+
+
+def _check_loop_args(cfg, tasks, steps, log_every, eval_tasks, eval_every, caller):
+    "Raise TypeError/ValueError for the arguments that train_rl and train_actor_critic share."
+    _check_tasks(cfg, tasks, caller)
+    _check_int(steps, f'{caller}: steps', 0)
+    _check_int(log_every, f'{caller}: log_every', 0)
+    _check_int(eval_every, f'{caller}: eval_every', 1)
     if eval_tasks is not None:
-        _check_tasks(cfg, eval_tasks, 'train_rl (eval_tasks)')
-    env_factory = env_factory or (lambda: make_env(cfg))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    eval_gen = torch.Generator().manual_seed(cfg.seed + 10_000)
+        _check_tasks(cfg, eval_tasks, f'{caller} (eval_tasks)')
+
+
+def _optimizer(model, cfg):
+    "AdamW at cfg.lr (weight decay 0) that snaps the weights to cfg.weight_grid now and after every step."
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     if cfg.weight_grid is not None:
         snap_weights(model.parameters(), cfg.weight_grid)
         optimizer.register_step_post_hook(lambda opt, args, kwargs: snap_weights(model.parameters(), cfg.weight_grid))
-    if cfg.kl_coef > 0 and ref_model is None:
-        ref_model = copy.deepcopy(model).eval()
+    return optimizer
+
+
+def _rl_loop(model, tasks, tok, cfg, steps, log_every, eval_tasks, eval_every, env_factory, update):
+    "train_rl's loop; update(batch, generator) makes one step's update -> dict of its statistics."
+    env_factory = env_factory or (lambda: make_env(cfg))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    eval_gen = torch.Generator().manual_seed(cfg.seed + 10_000)
     k = min(cfg.tasks_per_step, len(tasks))
 
     def run_eval(prefix):
@@ -612,8 +649,7 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
                    kept_groups=len(kept) // cfg.group_size, groups=k, episodes=episodes)
         if kept:
             batch = collate(kept, tok.pad_id)
-            advantages = compute_advantages(batch, cfg)
-            row.update(rl_update(model, optimizer, batch, advantages, cfg, ref_model=ref_model, generator=gen))
+            row.update(update(batch, gen))
             row.update(tokens=int(batch['action_mask'].sum()), updated=True)
         else:                      # every group had equal rewards: no gradient, no update statistics
             row.update(tokens=0, updated=False)
@@ -622,9 +658,9 @@ def train_rl(model, tasks, tok, cfg, steps, log_every=0, eval_tasks=None, eval_e
         history.append(row)
         if log_every and (step % log_every == 0 or step == steps - 1):
             extra = f"  held-out {row['eval_pass_rate']:.3f}" if 'eval_pass_rate' in row else ''
-            update = (f"clip {row['clip_frac']:.3f}  entropy {row['entropy']:.3f}" if row['updated'] else
-                      f"no update: all {k} groups had equal rewards")
-            print(f"step {step:4d}  reward {row['reward']:.3f}  kept {row['kept_groups']}/{k} groups  {update}{extra}")
+            what = (f"clip {row['clip_frac']:.3f}  entropy {row['entropy']:.3f}" if row['updated'] else
+                    f"no update: all {k} groups had equal rewards")
+            print(f"step {step:4d}  reward {row['reward']:.3f}  kept {row['kept_groups']}/{k} groups  {what}{extra}")
     return history
 
 # %% ../nbs/09_grpo.ipynb #c09-agent-def
@@ -632,10 +668,21 @@ GRPO_STEPS = 200            # train_rl steps of the book's GRPO run (Section 9.6
 GRPO_EVAL_EVERY = 25        # steps between two validation measurements inside that run
 
 
+def _code_only(module):
+    "A module's source without docstrings or comments (ast.unparse): what the cache key should follow."
+    tree = ast.parse(inspect.getsource(module))
+    for node in ast.walk(tree):
+        body = getattr(node, 'body', None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def _rl_code():
-    "Hash of the source of every library module a GRPO run goes through."
+    "Hash of the code (not the prose) of every library module an RL run goes through."
     modules = [importlib.import_module(f'agentrl.{name}') for name in ('advantages', 'ppo', 'grpo')]
-    return _fingerprint([_training_code()] + [inspect.getsource(m) for m in modules])
+    return _fingerprint([_training_code()] + [_code_only(m) for m in modules])
 
 
 def make_grpo_agent(tok, base_seed=0, seed=0, steps=GRPO_STEPS):
@@ -664,19 +711,55 @@ def make_grpo_agent(tok, base_seed=0, seed=0, steps=GRPO_STEPS):
     _check_int(base_seed, 'make_grpo_agent: base_seed', 0)
     _check_int(seed, 'make_grpo_agent: seed', 0)
     _check_int(steps, 'make_grpo_agent: steps', 1)
+    model, history, _ = _cached_run(tok, RLConfig(seed=seed), 'train_rl', train_rl, base_seed, steps)
+    return model, history
+
+
+def _cached_run(tok, cfg, trainer_name, trainer, base_seed, steps):
+    """(model, history, seconds) of one run from make_rl_base(tok, base_seed), from the cache if present.
+
+    trainer(model, tasks, tok, cfg, steps, eval_tasks=..., eval_every=...) trains on the train split,
+    validates on the held-out split every GRPO_EVAL_EVERY steps and returns the history;
+    trainer_name names it in the cache key, which also holds the whole cfg. seconds: wall-clock
+    time of the training when it ran (on whichever machine filled the cache)."""
     model = make_rl_base(tok, seed=base_seed)
-    key = {'what': 'make_grpo_agent', 'vocab': _fingerprint(tok.vocab), 'base_seed': base_seed,
-           'seed': seed, 'steps': steps, 'eval_every': GRPO_EVAL_EVERY, 'dtype': str(model.config.dtype),
-           'torch': torch.__version__, 'code': _rl_code()}
+    key = {'what': 'rl_run', 'trainer': trainer_name, 'config': dataclasses.asdict(cfg),
+           'vocab': _fingerprint(tok.vocab), 'base_seed': base_seed, 'steps': steps,
+           'eval_every': GRPO_EVAL_EVERY, 'dtype': str(model.config.dtype), 'torch': torch.__version__,
+           'code': _rl_code()}
 
     def train():
-        history = train_rl(model, make_tasks('train'), tok, RLConfig(seed=seed), steps,
-                           eval_tasks=make_tasks('heldout'), eval_every=GRPO_EVAL_EVERY)
-        return {'weights': model.state_dict(), 'history': history}
+        start = time.perf_counter()
+        history = trainer(model, make_tasks('train'), tok, cfg, steps,
+                          eval_tasks=make_tasks('heldout'), eval_every=GRPO_EVAL_EVERY)
+        return {'weights': model.state_dict(), 'history': history, 'seconds': time.perf_counter() - start}
 
     saved = _cached_weights(key, train)
     model.load_state_dict(saved['weights'])
-    return model.eval(), saved['history']
+    return model.eval(), saved['history'], saved['seconds']
+
+# %% ../nbs/09_grpo.ipynb #c09-bybody-def
+def evaluate_by_body(model, tasks, tok, n_samples=16, seed=7, cfg=None):
+    """Pass rate per function body -> dict {variant: pass rate}, in the order the bodies first appear.
+
+    For the k-th distinct body (Task.variant) of tasks, n_samples episodes of each of its tasks,
+    each under its own random name, sampled at temperature 1 with a generator seeded seed + k,
+    in cfg's environment (None: RLConfig()) through evaluate. The body, not the episode, is the
+    independent unit of a split (Appendix A): episodes of one body share its difficulty, so an
+    error bar is computed over bodies. Raises ValueError for an empty tasks or an n_samples that
+    is not an int >= 1, and what evaluate raises.
+
+    Defined in Section 9.6.
+    """
+    _check_int(n_samples, 'evaluate_by_body: n_samples', 1)
+    if not tasks:
+        raise ValueError('evaluate_by_body: tasks must be a non-empty list of Task')
+    rates = {}
+    for k, variant in enumerate(dict.fromkeys(t.variant for t in tasks)):
+        episodes = [t for t in tasks if t.variant == variant for _ in range(n_samples)]
+        gen = torch.Generator().manual_seed(seed + k)
+        rates[variant] = evaluate(model, episodes, tok, generator=gen, cfg=cfg)['pass_rate']
+    return rates
 
 # %% ../nbs/09_grpo.ipynb #c09-gspo-def
 def gspo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.0003, clip_high=0.0004):
@@ -747,3 +830,121 @@ def gspo_policy_loss(logp, old_logp, advantages, mask, clip_low=0.0003, clip_hig
                  'ratio_max': float(s_rows.max()) if len(s_rows) else 1.0,
                  'ratio_mean': float(s_rows.mean()) if len(s_rows) else 1.0}
     return loss, stats
+
+# %% ../nbs/09_grpo.ipynb #c09-ac-def
+def train_actor_critic(model, tasks, tok, cfg, steps, critic=None, critic_lr=None, lam=0.95, value_clip=0.2,
+                       log_every=0, eval_tasks=None, eval_every=20, env_factory=None):
+    """PPO with a learned critic on tasks; trains model and critic in place -> (history, critic).
+
+    The loop of train_rl (same task draws, groups, evaluation, logging and weight snapping), with
+    the advantage taken from a critic instead of the group: each step, critic_values gives
+    V [B, T-1] on the sampled batch, outcome_rewards puts each episode's reward on its last
+    policy token, gae_advantages(gamma=1, lam) gives token advantages and returns [B, T-1], and
+    the advantages are whitened over the batch's policy tokens (mean 0, std 1, as verl and TRL
+    do). rl_update then makes cfg.epochs x cfg.minibatches clipped actor steps with these token
+    advantages, and the critic makes as many steps of value_loss(clip=value_clip) on the same
+    minibatches, with AdamW at critic_lr (None: cfg.lr), weight decay 0, gradient norm clipped
+    to cfg.max_grad_norm, weights snapped to cfg.weight_grid. cfg.advantage is not used; set
+    cfg.drop_equal_groups=False, since a critic's advantage is not 0 on a group of equal rewards.
+    critic: a value model (make_critic); None builds make_critic(model), which predicts 0 until trained.
+    History rows are train_rl's, and an updated step also holds value_loss (mean over the critic's
+    steps) and explained_variance of the pre-update values against the returns (absent when the
+    returns do not vary). Raises what train_rl raises; ValueError for lam outside [0, 1], a
+    value_clip < 0 or a critic_lr outside (0, 1]; TypeError for a critic that is not a TinyAgent.
+
+    Source: PPO (Schulman et al., 2017) with GAE (Schulman et al., 2016), the actor-critic of
+    RLHF (Ouyang et al., 2022) as verl's and TRL's PPO trainers run it.
+
+    Defined in Section 9.9.
+    """
+    _check_loop_args(cfg, tasks, steps, log_every, eval_tasks, eval_every, 'train_actor_critic')
+    _check_real(lam, 'train_actor_critic: lam', 0.0, 1.0)
+    _check_real(value_clip, 'train_actor_critic: value_clip', 0.0, math.inf)
+    if critic_lr is not None:
+        _check_real(critic_lr, 'train_actor_critic: critic_lr', 0.0, 1.0, lo_open=True)
+    if critic is None:
+        critic = make_critic(model)
+    elif not isinstance(critic, TinyAgent):
+        raise TypeError(f"train_actor_critic: critic must be a TinyAgent (make_critic), got {type(critic).__name__}")
+    optimizer = _optimizer(model, cfg)
+    critic_opt = _optimizer(critic, dataclasses.replace(cfg, lr=critic_lr or cfg.lr))
+
+    def update(batch, gen):
+        ids, mask = batch['ids'], batch['action_mask']
+        lengths = batch['attention_mask'].sum(-1)
+        with torch.no_grad():
+            old_values = critic_values(critic, ids)                                 # [B, T-1]
+        rewards = outcome_rewards(batch['rewards'], mask)                           # [B, T-1]
+        adv, returns = gae_advantages(rewards, old_values, mask, gamma=1.0, lam=lam)
+        mu = masked_mean(adv, mask)
+        sd = masked_mean((adv - mu) ** 2, mask).sqrt()
+        adv = torch.where(mask.bool(), (adv - mu) / (sd + 1e-8), 0.0)              # whitened over policy tokens
+        stats = rl_update(model, optimizer, batch, adv, cfg, generator=gen)
+        critic.train()
+        losses = []
+        for _ in range(cfg.epochs):
+            for rows in torch.randperm(len(ids), generator=gen).chunk(cfg.minibatches):
+                L = int(lengths[rows].max())
+                values = critic_values(critic, ids[rows, :L])                       # [b, L-1]
+                loss = value_loss(values, old_values[rows, :L - 1], returns[rows, :L - 1],
+                                  mask[rows, :L - 1], clip=value_clip)
+                critic_opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+                critic_opt.step()
+                losses.append(float(loss.detach()))
+        critic.eval()
+        stats['value_loss'] = sum(losses) / len(losses)
+        ev = explained_variance(old_values, returns, mask)
+        if math.isfinite(ev):
+            stats['explained_variance'] = ev
+        return stats
+
+    history = _rl_loop(model, tasks, tok, cfg, steps, log_every, eval_tasks, eval_every, env_factory, update)
+    return history, critic
+
+# %% ../nbs/09_grpo.ipynb #c09-methods-def
+METHODS = {   # name -> (trainer, RLConfig fields that differ from the book's default), Section 9.9
+    'REINFORCE':          ('train_rl', dict(advantage='reward', minibatches=1, loss_agg_mode='seq_mean_token_sum',
+                                            drop_equal_groups=False)),
+    'REINFORCE+baseline': ('train_rl', dict(advantage='batch_mean', minibatches=1, loss_agg_mode='seq_mean_token_sum',
+                                            drop_equal_groups=False)),
+    'PPO actor-critic':   ('train_actor_critic', dict(clip_high=0.2, drop_equal_groups=False)),
+    'GRPO':               ('train_rl', dict(clip_high=0.2, loss_agg_mode='seq_mean_token_mean', kl_coef=0.04,
+                                            drop_equal_groups=False)),
+    'Dr. GRPO':           ('train_rl', dict(advantage='drgrpo', clip_high=0.2, loss_agg_mode='seq_mean_token_sum_norm',
+                                            drop_equal_groups=False)),
+    'RLOO':               ('train_rl', dict(advantage='rloo', minibatches=1, loss_agg_mode='seq_mean_token_sum',
+                                            drop_equal_groups=False)),
+    'DAPO (book default)': ('train_rl', dict()),
+    'GSPO':               ('train_rl', dict(level='sequence', clip_low=3e-4, clip_high=4e-4)),
+}
+
+
+def make_method_agent(tok, method, base_seed=0, seed=0, steps=GRPO_STEPS):
+    """One run of a METHODS entry from make_rl_base(tok, base_seed) -> (model, history, seconds).
+
+    tok: the Tokenizer of build_tokenizer (Chapter 5). method: a key of METHODS; its trainer
+    (train_rl, or train_actor_critic with a fresh critic) runs RLConfig(seed=seed, **fields) for
+    `steps` steps on the train split, validating on the held-out split every GRPO_EVAL_EVERY
+    steps, exactly as make_grpo_agent does; 'DAPO (book default)' *is* make_grpo_agent's run
+    and shares its cache entry. Every method sees the same tasks, base agent and number of
+    episodes per step (64), so a comparison at equal steps is one at equal episodes.
+    Cached on disk like make_grpo_agent (the key holds the whole RLConfig and the trainer).
+    Returns (TinyAgent in eval mode, history, seconds): seconds is the wall-clock time of the
+    training when it ran, on the machine and under the load of whoever filled the cache.
+    Raises ValueError for an unknown method (naming the known ones), or a base_seed, seed or
+    steps out of range.
+
+    Source: the side-by-side of Section 9.9; methods as in Section 9.8's table.
+
+    Defined in Section 9.9.
+    """
+    if method not in METHODS:
+        raise ValueError(f"make_method_agent: method must be one of {list(METHODS)}, got {method!r}")
+    _check_int(base_seed, 'make_method_agent: base_seed', 0)
+    _check_int(seed, 'make_method_agent: seed', 0)
+    _check_int(steps, 'make_method_agent: steps', 1)
+    trainer_name, fields = METHODS[method]
+    trainer = train_rl if trainer_name == 'train_rl' else (lambda *a, **kw: train_actor_critic(*a, **kw)[0])
+    return _cached_run(tok, RLConfig(seed=seed, **fields), trainer_name, trainer, base_seed, steps)

@@ -25,19 +25,13 @@ def main():
     torch.set_default_dtype(torch.float64)
     from agentrl.gym import make_tasks
     from agentrl.trajectories import build_tokenizer
-    from agentrl.grpo import evaluate, make_grpo_agent, make_rl_base
+    from agentrl.grpo import evaluate_by_body, make_grpo_agent, make_rl_base
     from agentrl.mathtools import mc_mean_and_stderr
 
     tok = build_tokenizer(make_tasks('all'))
     splits = {'val': make_tasks('heldout'), 'test': make_tasks('test')}
 
-    def by_body(model, tasks, n=16, seed=7):          # the measure of Section 9.6
-        rates = {}
-        for k, variant in enumerate(dict.fromkeys(t.variant for t in tasks)):
-            episodes = [t for t in tasks if t.variant == variant for _ in range(n)]
-            rates[variant] = evaluate(model, episodes, tok,
-                                      generator=torch.Generator().manual_seed(seed + k))['pass_rate']
-        return rates
+    by_body = lambda model, tasks: evaluate_by_body(model, tasks, tok)    # the measure of Section 9.6
 
     mean = lambda d: round(sum(d.values()) / len(d), 4)
     runs = []

@@ -68,10 +68,17 @@ def test_compute_advantages_by_hand_and_equal_groups():
                     want = 0.0 if std == 0 else (x - mean) / (std + 1e-6)
                 elif kind == 'drgrpo':
                     want = x - mean
-                else:
+                elif kind == 'rloo':
                     want = x - (sum(grp) - x) / (G - 1)
+                elif kind == 'reward':
+                    want = x                                # REINFORCE: no baseline
+                else:
+                    want = x - sum(r) / len(r)              # batch mean over all 16 rewards (= 0.4375)
                 assert adv[g * G + j] == pytest.approx(want, abs=1e-5)
-        assert adv[8:16] == [0.0] * 8                       # all-equal groups: exactly zero
+        if kind in ('grpo', 'drgrpo', 'rloo'):
+            assert adv[8:16] == [0.0] * 8                   # all-equal groups: exactly zero
+    assert m.compute_advantages({'rewards': torch.tensor([1., 0., 0.])},        # groups ignored
+                                m.RLConfig(group_size=4, advantage='batch_mean')).tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3])
     with pytest.raises(ValueError):
         m.compute_advantages({'rewards': torch.ones(6)}, m.RLConfig(group_size=4))
     with pytest.raises(ValueError, match='rewards'):
@@ -326,6 +333,24 @@ def test_rl_update(tiny, tok):
         m.rl_update(model, opt, batch, adv, m.RLConfig(group_size=2, kl_coef=0.1))
     with pytest.raises(ValueError, match='advantages'):
         m.rl_update(model, opt, batch, torch.zeros(3), cfg)
+    with pytest.raises(ValueError, match='advantages'):           # token advantages need the token level
+        m.rl_update(model, opt, batch, torch.zeros(4, batch['ids'].shape[1] - 1), m.RLConfig(group_size=2, level='sequence'))
+
+
+def test_rl_update_token_advantages_equal_to_episode_ones(tiny, tok):
+    "A [B, T-1] advantage that repeats each episode's value on every token is the [B] update, step for step."
+    import copy
+    batch = _batch(tok)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.25])
+    per_token = adv[:, None].expand(-1, batch['action_mask'].shape[1]).clone()
+    cfg = m.RLConfig(group_size=2, epochs=2, minibatches=2)
+    models = [copy.deepcopy(tiny) for _ in range(2)]
+    stats = []
+    for model, a in zip(models, (adv, per_token)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+        stats.append(m.rl_update(model, opt, batch, a, cfg, generator=torch.Generator().manual_seed(0)))
+    assert stats[0] == stats[1]
+    assert all(torch.equal(x, y) for x, y in zip(models[0].parameters(), models[1].parameters()))
 
 
 def test_train_rl_smoke_is_deterministic(tok):
@@ -424,10 +449,116 @@ def test_make_grpo_agent_is_the_run_and_caches_it(tok, monkeypatch, tmp_path):
     ref_history = m.train_rl(ref, TRAIN, tok, m.RLConfig(seed=2), 1, eval_tasks=HELDOUT, eval_every=25)
     same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert history == ref_history and same(model, ref) and not model.training
-    assert len(list(tmp_path.glob('make_grpo_agent-*.pt'))) == 1
+    assert len(list(tmp_path.glob('rl_run-*.pt'))) == 1
     monkeypatch.setattr(m, 'train_rl', lambda *a, **k: pytest.fail('trained instead of loading the cache'))
     again, again_history = m.make_grpo_agent(tok, base_seed=1, seed=2, steps=1)
     assert again_history == history and same(again, model)
     for bad in (dict(base_seed=-1), dict(seed=1.5), dict(steps=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             m.make_grpo_agent(tok, **bad)
+
+
+# ---------------------------------------------------------------- Section 9.9: the side-by-side
+def test_train_actor_critic_fits_the_critic_and_matches_gae_by_hand(tok, tiny):
+    import copy
+    from agentrl.advantages import make_critic, critic_values
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, drop_equal_groups=False, minibatches=1)
+    model, critic = copy.deepcopy(tiny), make_critic(tiny)
+    critic_before = copy.deepcopy(critic)
+    history, out = m.train_actor_critic(model, TRAIN, tok, cfg, 2, critic=critic, lam=1.0,
+                                        env_factory=fixed_rewards([1, 0, 0, 1]))
+    assert out is critic and len(history) == 2 and all(r['updated'] for r in history)
+    assert all(math.isfinite(r['value_loss']) and r['value_loss'] > 0 for r in history)
+    # step 0: the critic predicts 0 everywhere, and a constant prediction explains nothing
+    assert history[0]['explained_variance'] == pytest.approx(0.0, abs=1e-12)
+    assert not all(torch.equal(a, b) for a, b in zip(critic.parameters(), critic_before.parameters()))
+    scaled = [p.detach() / cfg.weight_grid for p in critic.parameters()]      # the critic is snapped too
+    assert all(torch.equal(s, torch.round(s)) for s in scaled)
+    for bad, match in ((dict(lam=1.5), 'lam'), (dict(value_clip=-1.0), 'value_clip'),
+                       (dict(critic_lr=0.0), 'critic_lr'), (dict(critic='critic'), 'critic')):
+        with pytest.raises((ValueError, TypeError), match=match):
+            m.train_actor_critic(copy.deepcopy(tiny), TRAIN, tok, cfg, 1, **bad)
+
+
+def test_train_actor_critic_first_value_loss_by_hand(tok, tiny):
+    "With a zero critic, lam = 1 and one critic step, the value loss is 0.5 * token mean of reward^2."
+    import copy
+    cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, drop_equal_groups=False, minibatches=1)
+    seen = []
+    real_collate = m.collate
+
+    def spy(trajs, pad_id):
+        batch = real_collate(trajs, pad_id)
+        seen.append(batch)
+        return batch
+    import unittest.mock
+    with unittest.mock.patch.object(m, 'collate', spy):
+        history, _ = m.train_actor_critic(copy.deepcopy(tiny), TRAIN, tok, cfg, 1, lam=1.0,
+                                          env_factory=fixed_rewards([1, 0, 0, 1]))
+    batch = seen[0]
+    mask = batch['action_mask'].double()
+    want = 0.5 * float((mask * batch['rewards'][:, None] ** 2).sum() / mask.sum())
+    assert history[0]['value_loss'] == pytest.approx(want, abs=1e-12)
+
+
+def test_make_method_agent_runs_each_method_and_shares_the_book_run(tok, monkeypatch, tmp_path):
+    def small_base(tok, seed=0):
+        torch.manual_seed(seed)
+        return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+    monkeypatch.setattr(m, 'make_rl_base', small_base)
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    book, book_history = m.make_grpo_agent(tok, base_seed=0, seed=1, steps=1)
+    model, history, seconds = m.make_method_agent(tok, 'DAPO (book default)', base_seed=0, seed=1, steps=1)
+    assert history == book_history and seconds > 0
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), book.state_dict().values()))
+    assert len(list(tmp_path.glob('rl_run-*.pt'))) == 1                   # one entry for both names
+    _, ac_history, _ = m.make_method_agent(tok, 'PPO actor-critic', base_seed=0, seed=1, steps=1)
+    assert 'value_loss' in ac_history[0] or not ac_history[0]['updated']
+    ref = small_base(tok, 0)                                                # REINFORCE, written out by hand
+    trainer, fields = m.METHODS['REINFORCE']
+    ref_history = m.train_rl(ref, TRAIN, tok, m.RLConfig(seed=1, **fields), 1, eval_tasks=HELDOUT, eval_every=25)
+    _, r_history, _ = m.make_method_agent(tok, 'REINFORCE', base_seed=0, seed=1, steps=1)
+    assert r_history == ref_history
+    assert len(list(tmp_path.glob('rl_run-*.pt'))) == 3
+    with pytest.raises(ValueError, match='method'):
+        m.make_method_agent(tok, 'TRPO')
+
+
+def test_methods_table_is_what_section_9_8_says():
+    f = {name: m.RLConfig(**fields) for name, (_, fields) in m.METHODS.items()}
+    assert f['REINFORCE'].advantage == 'reward' and f['REINFORCE+baseline'].advantage == 'batch_mean'
+    assert f['DAPO (book default)'] == m.RLConfig()
+    assert (f['GSPO'].level, f['GSPO'].clip_low, f['GSPO'].clip_high) == ('sequence', 3e-4, 4e-4)
+    assert f['GRPO'].kl_coef == 0.04 and f['GRPO'].loss_agg_mode == 'seq_mean_token_mean'
+    assert f['RLOO'].minibatches == 1 and f['Dr. GRPO'].loss_agg_mode == 'seq_mean_token_sum_norm'
+    assert m.METHODS['PPO actor-critic'][0] == 'train_actor_critic'
+    assert not any(c.drop_equal_groups for n, c in f.items() if n not in ('DAPO (book default)', 'GSPO'))
+
+
+def test_evaluate_by_body_is_a_loop_over_evaluate(tok, tiny):
+    tasks = make_tasks('test')[:4]
+    rates = m.evaluate_by_body(tiny, tasks, tok, n_samples=2, seed=3)
+    variants = list(dict.fromkeys(t.variant for t in tasks))
+    assert list(rates) == variants
+    for k, v in enumerate(variants):
+        eps = [t for t in tasks if t.variant == v for _ in range(2)]
+        s = m.evaluate(tiny, eps, tok, generator=torch.Generator().manual_seed(3 + k))
+        assert rates[v] == s['pass_rate']
+    with pytest.raises(ValueError, match='n_samples'):
+        m.evaluate_by_body(tiny, tasks, tok, n_samples=0)
+    with pytest.raises(ValueError, match='tasks'):
+        m.evaluate_by_body(tiny, [], tok)
+
+
+def test_cache_key_follows_code_not_prose(tmp_path, monkeypatch):
+    import importlib, sys
+    src = 'def f(x):\n    """Doubles x."""\n    return 2 * x  # twice\n'
+    variants = {'a': src, 'b': src.replace('Doubles x.', 'Returns twice x; see Section 9.6.').replace('# twice', '# 2x'),
+                'c': src.replace('2 * x', '3 * x')}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = {}
+    for name, text in variants.items():
+        (tmp_path / f'mod_{name}.py').write_text(text)
+        code[name] = m._code_only(importlib.import_module(f'mod_{name}'))
+    assert code['a'] == code['b'] != code['c']
+    assert 'Doubles' not in code['a'] and 'twice' not in code['a']
