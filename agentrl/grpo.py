@@ -842,8 +842,8 @@ def train_actor_critic(model, tasks, tok, cfg, steps, critic=None, critic_lr=Non
     policy token, gae_advantages(gamma=1, lam) gives token advantages and returns [B, T-1], and
     the advantages are whitened over the batch's policy tokens (mean 0, std 1, as verl and TRL
     do). rl_update then makes cfg.epochs x cfg.minibatches clipped actor steps with these token
-    advantages, and the critic makes as many steps of value_loss(clip=value_clip) on the same
-    minibatches, with AdamW at critic_lr (None: cfg.lr), weight decay 0, gradient norm clipped
+    advantages, and the critic makes as many steps of value_loss(clip=value_clip) on minibatches of
+    the same batch (in an order of its own, as verl splits the critic's batch), with AdamW at critic_lr (None: cfg.lr), weight decay 0, gradient norm clipped
     to cfg.max_grad_norm, weights snapped to cfg.weight_grid. cfg.advantage is not used; set
     cfg.drop_equal_groups=False, since a critic's advantage is not 0 on a group of equal rewards.
     critic: a value model (make_critic); None builds make_critic(model), which predicts 0 until trained.
