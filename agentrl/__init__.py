@@ -9,4 +9,5 @@ from .policy_gradient import *
 from .advantages import *
 from .ppo import *
 from .grpo import *
+from .regularization import *
 from .mathtools import *

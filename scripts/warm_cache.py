@@ -2,13 +2,14 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs in one process; this script trains them first, in two processes at
-once. Worker 0 uses this machine's default CPU kernels, worker 1 the kernels that the
-switched-kernel regression uses (tests/notebook_runner.switched_kernels). Each missing run is
-trained once, by one of them; the notebook regressions then load it. Since every stored output
-was produced on this machine's default kernels, a run trained by worker 1 that reproduces those
-outputs shows that training is the same on another instruction set. Runs already in the cache are
-loaded, not trained again (their key holds the library code, so a code change retrains them).
+makes Chapter 9 train 29 runs, and Chapter 10 nine more, in one process each; this script trains
+them first, in two processes at once. Worker 0 uses this machine's default CPU kernels, worker 1
+the kernels that the switched-kernel regression uses (tests/notebook_runner.switched_kernels).
+Each missing run is trained once, by one of them; the notebook regressions then load it. Since
+every stored output was produced on this machine's default kernels, a run trained by worker 1 that
+reproduces those outputs shows that training is the same on another instruction set. Runs already
+in the cache are loaded, not trained again (their key holds the library code, so a code change
+retrains them).
 Usage: .venv/bin/python scripts/warm_cache.py [--workers 2]   (make test runs it first)
 """
 import argparse
@@ -20,7 +21,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# (function, base seed, method or None, RL seed, rough cost in seconds on one thread)
+# (function, base seed, method / run name or None, RL seed, rough cost in seconds on one thread)
 BASES = [('make_rl_base', 0, None, None, 150), ('make_rl_base', 1, None, None, 150)]
 
 
@@ -32,6 +33,8 @@ def jobs():
     runs = [('make_method_agent', b, 'DAPO (book default)', s, 100) for b in (0, 1) for s in (0, 1, 2)]
     runs += [('make_method_agent', 0, m, s, cost.get(m, 90)) for m in METHODS if m != 'DAPO (book default)'
              for s in (0, 1, 2)]
+    from agentrl.regularization import REGULARIZED_RUNS                 # Chapter 10
+    runs += [('make_regularized_agent', 0, name, s, 110) for name in REGULARIZED_RUNS for s in (0, 1, 2)]
     return BASES, runs
 
 
@@ -56,11 +59,14 @@ def work(plan):
     from agentrl.gym import make_tasks
     from agentrl.trajectories import build_tokenizer
     from agentrl.grpo import make_rl_base, make_method_agent
+    from agentrl.regularization import make_regularized_agent, REGULARIZED_RUNS
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
         start = time.perf_counter()
         if fn == 'make_rl_base':
             make_rl_base(tok, seed=base_seed)
+        elif fn == 'make_regularized_agent':
+            make_regularized_agent(tok, base_seed=base_seed, seed=seed, **REGULARIZED_RUNS[method])
         else:
             make_method_agent(tok, method, base_seed=base_seed, seed=seed)
         print(f'{fn} base {base_seed} {method or ""} seed {seed}: {time.perf_counter() - start:.1f} s',

@@ -18,17 +18,6 @@ torch.set_num_threads(1)
 TRAIN, HELDOUT = make_tasks('train'), make_tasks('heldout')
 
 
-@pytest.fixture(scope='module')
-def tok():
-    return build_tokenizer(make_tasks('all'))
-
-
-@pytest.fixture(scope='module')
-def tiny(tok):
-    "A small untrained policy (fast to sample and update)."
-    torch.manual_seed(0)
-    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
-
 
 def call(tool, arg=None):
     return f'<call> {tool} {arg} </call>' if arg else f'<call> {tool} </call>'
@@ -438,10 +427,13 @@ def test_train_rl_keeps_weights_on_the_grid(tok):
         m.RLConfig(weight_grid=-1.0)
 
 
+def small_base(tok, seed=0):
+    "Stand-in for make_rl_base in the cache tests: a small seeded policy in eval mode."
+    torch.manual_seed(seed)
+    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+
+
 def test_make_grpo_agent_is_the_run_and_caches_it(tok, monkeypatch, tmp_path):
-    def small_base(tok, seed=0):
-        torch.manual_seed(seed)
-        return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
     monkeypatch.setattr(m, 'make_rl_base', small_base)
     monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
     model, history = m.make_grpo_agent(tok, base_seed=1, seed=2, steps=1)
@@ -502,9 +494,6 @@ def test_train_actor_critic_first_value_loss_by_hand(tok, tiny):
 
 
 def test_make_method_agent_runs_each_method_and_shares_the_book_run(tok, monkeypatch, tmp_path):
-    def small_base(tok, seed=0):
-        torch.manual_seed(seed)
-        return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
     monkeypatch.setattr(m, 'make_rl_base', small_base)
     monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
     book, book_history = m.make_grpo_agent(tok, base_seed=0, seed=1, steps=1)

@@ -8,7 +8,7 @@ from nbcompare import compare_notebooks, lines_match
 from notebook_runner import NOTEBOOKS, cpu_capability, execute, switched_kernels
 
 # Longest first, so that two workers finish together.
-ORDER = sorted(NOTEBOOKS, key=lambda p: (not p.name.startswith(('09', '05', '08', '06', '03')), p.name))
+ORDER = sorted(NOTEBOOKS, key=lambda p: (not p.name.startswith(('09', '10', '05', '08', '06', '03')), p.name))
 
 
 @pytest.mark.timeout(3700)
