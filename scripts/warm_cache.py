@@ -84,14 +84,14 @@ def main():
     sys.path.insert(0, str(ROOT / 'tests'))
     from notebook_runner import switched_kernels
     start = time.perf_counter()
-    procs = []
-    for w, plan in enumerate(split(args.workers)):
+    plans, procs = split(args.workers), []
+    for w, plan in enumerate(plans):
         env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONHASHSEED='0')
         if w % 2 == 1:
             env.update(switched_kernels())
         procs.append(subprocess.Popen([sys.executable, __file__, '--plan', json.dumps(plan)], env=env))
     codes = [p.wait() for p in procs]
-    print(f'warm_cache: {sum(len(p) for p in split(args.workers))} runs present after '
+    print(f'warm_cache: {sum(len(p) for p in plans)} runs present after '
           f'{time.perf_counter() - start:.0f} s', file=sys.stderr)
     sys.exit(max(codes))
 
