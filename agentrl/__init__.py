@@ -10,4 +10,5 @@ from .advantages import *
 from .ppo import *
 from .grpo import *
 from .regularization import *
+from .rewards import *
 from .mathtools import *

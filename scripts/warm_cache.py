@@ -2,7 +2,7 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs, and Chapter 10 nine more, in one process each; this script trains
+makes Chapter 9 train 29 runs, Chapter 10 nine more and Chapter 11 eighteen, in one process each; this script trains
 them first, in two processes at once. Worker 0 uses this machine's default CPU kernels, worker 1
 the kernels that the switched-kernel regression uses (tests/notebook_runner.switched_kernels).
 Each missing run is trained once, by one of them; the notebook regressions then load it. Since
@@ -35,6 +35,9 @@ def jobs():
              for s in (0, 1, 2)]
     from agentrl.regularization import REGULARIZED_RUNS                 # Chapter 10
     runs += [('make_regularized_agent', 0, name, s, 110) for name in REGULARIZED_RUNS for s in (0, 1, 2)]
+    from agentrl.rewards import REWARD_RUNS                             # Chapter 11
+    runs += [('make_reward_agent', 0, name, s, 110 if kw.get('steps', 200) == 200 else 55)
+             for name, kw in REWARD_RUNS.items() for s in (0, 1, 2)]
     return BASES, runs
 
 
@@ -60,6 +63,7 @@ def work(plan):
     from agentrl.trajectories import build_tokenizer
     from agentrl.grpo import make_rl_base, make_method_agent
     from agentrl.regularization import make_regularized_agent, REGULARIZED_RUNS
+    from agentrl.rewards import make_reward_agent, REWARD_RUNS
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
         start = time.perf_counter()
@@ -67,6 +71,8 @@ def work(plan):
             make_rl_base(tok, seed=base_seed)
         elif fn == 'make_regularized_agent':
             make_regularized_agent(tok, base_seed=base_seed, seed=seed, **REGULARIZED_RUNS[method])
+        elif fn == 'make_reward_agent':
+            make_reward_agent(tok, base_seed=base_seed, seed=seed, **REWARD_RUNS[method])
         else:
             make_method_agent(tok, method, base_seed=base_seed, seed=seed)
         print(f'{fn} base {base_seed} {method or ""} seed {seed}: {time.perf_counter() - start:.1f} s',
