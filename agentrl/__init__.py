@@ -11,4 +11,5 @@ from .ppo import *
 from .grpo import *
 from .regularization import *
 from .rewards import *
+from .multiturn import *
 from .mathtools import *
