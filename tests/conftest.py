@@ -33,3 +33,9 @@ def tiny(tok):
     "A small untrained policy (fast to sample and update), one per test module."
     torch.manual_seed(0)
     return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+
+
+def small_base(tok, seed=0):
+    "Stand-in for make_rl_base in cache tests: a small seeded policy in eval mode."
+    torch.manual_seed(seed)
+    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()

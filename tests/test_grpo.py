@@ -427,10 +427,7 @@ def test_train_rl_keeps_weights_on_the_grid(tok):
         m.RLConfig(weight_grid=-1.0)
 
 
-def small_base(tok, seed=0):
-    "Stand-in for make_rl_base in the cache tests: a small seeded policy in eval mode."
-    torch.manual_seed(seed)
-    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+from conftest import small_base  # noqa: E402
 
 
 def test_make_grpo_agent_is_the_run_and_caches_it(tok, monkeypatch, tmp_path):

@@ -230,11 +230,7 @@ def test_make_reward_agent_rejects_bad_arguments(tok):
     assert set(m.REWARD_RUNS) >= {'public', 'public + exploit penalty'}
 
 
-def small_base(tok, seed=0):
-    "Stand-in for make_rl_base: a small seeded policy in eval mode."
-    from agentrl.policies import TinyAgent
-    torch.manual_seed(seed)
-    return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+from conftest import small_base  # noqa: E402
 
 
 def test_make_reward_agent_is_the_logged_run_and_caches_it(tok, monkeypatch, tmp_path):
