@@ -12,4 +12,5 @@ from .grpo import *
 from .regularization import *
 from .rewards import *
 from .multiturn import *
+from .scaling import *
 from .mathtools import *

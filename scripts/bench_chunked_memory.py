@@ -1,5 +1,8 @@
 """Peak CPU memory of full vs chunked selected-token log-probs (Chapter 3, Section 3.7).
 
+The child can also run Chapter 14's checkpointed_log_probs (--child checkpointed, Section 14.3);
+scripts/bench_scaling.py uses that to compare the three paths with gradients.
+
 Each path runs in a fresh Python process: it warms up on a tiny input, resets the kernel's
 peak-RSS counter (/proc/self/clear_refs, Linux), scores B x T tokens once, and reports how far
 its peak resident memory rose above the level before the call. glibc's mmap threshold is fixed
@@ -30,6 +33,7 @@ def child(path, B, T, D, V, chunk, grad):
     import torch
     torch.set_num_threads(1)
     from agentrl.policies import chunked_log_probs, selected_log_probs
+    from agentrl.scaling import checkpointed_log_probs
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(B, T, D, generator=g).requires_grad_(grad)
     weight = (torch.randn(V, D, generator=g) / D ** 0.5).requires_grad_(grad)
@@ -39,6 +43,8 @@ def child(path, B, T, D, V, chunk, grad):
         with torch.set_grad_enabled(grad):
             if path == 'full':
                 out = selected_log_probs(h @ weight.T, i)               # builds [B, T, V]
+            elif path == 'checkpointed':                                 # recomputes each chunk in backward
+                out = checkpointed_log_probs(h, weight, i, chunk_size=chunk)
             else:
                 out = chunked_log_probs(h, weight, i, chunk_size=chunk)  # [B, chunk, V] at a time
             if grad:
@@ -73,7 +79,7 @@ def main():
     ap.add_argument('--V', type=int, default=32768)
     ap.add_argument('--chunk', type=int, default=128)
     ap.add_argument('--grad', action='store_true', help='measure forward + backward instead of scoring')
-    ap.add_argument('--child', choices=['full', 'chunked'], help=argparse.SUPPRESS)
+    ap.add_argument('--child', choices=['full', 'chunked', 'checkpointed'], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.B, args.T, args.D, args.V, args.chunk, args.grad)
