@@ -7,7 +7,6 @@ __all__ = ['CURRICULUM_RUNS', 'pack_sequences', 'unpack_sequences', 'packed_logi
 # %% ../nbs/14_scaling.ipynb #c14-export-imports
 import copy
 import dataclasses
-import importlib
 import math
 import numbers
 
@@ -19,23 +18,13 @@ from .policies import TinyAgent, _check_ids, _check_finite_rows
 from .trajectories import Trajectory
 from .gym import Task
 from .rewards import LoggedEnv
+from .multiturn import _check_trajs
 from .grpo import (RLConfig, make_env, sample_groups, rl_update, compute_advantages, evaluate,
                           GRPO_STEPS, GRPO_EVAL_EVERY)
 from .grpo import (_rl_loop, _optimizer, _check_loop_args, _check_int, _check_real, _cached_run,
                           _code_only, _fingerprint)
 
 # %% ../nbs/14_scaling.ipynb #c14-pack-def
-def _check_traj_list(trajs, caller):
-    "Raise unless trajs is a non-empty list (or tuple) of Trajectory."
-    if not isinstance(trajs, (list, tuple)):
-        raise TypeError(f"{caller}: trajs must be a list of Trajectory, got {type(trajs).__name__}")
-    if not trajs:
-        raise ValueError(f"{caller}: trajs must be a non-empty list of Trajectory")
-    bad = next((t for t in trajs if not isinstance(t, Trajectory)), None)
-    if bad is not None:
-        raise TypeError(f"{caller}: trajs must hold only Trajectory objects, got a {type(bad).__name__}")
-
-
 def pack_sequences(trajs, max_tokens, pad_id=0):
     """First-fit-decreasing packing of Trajectory objects into rows of max_tokens -> dict of [R, L] / [R, L-1].
 
@@ -70,7 +59,7 @@ def pack_sequences(trajs, max_tokens, pad_id=0):
 
     Defined in Section 14.1.
     """
-    _check_traj_list(trajs, 'pack_sequences')
+    _check_trajs(trajs, 'pack_sequences')                            # Section 12.1's check
     _check_int(max_tokens, 'pack_sequences: max_tokens', 1)
     if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral):
         raise TypeError(f"pack_sequences: pad_id must be an int (tok.pad_id), got {type(pad_id).__name__}")
@@ -190,6 +179,22 @@ def packed_logits(model, ids, position_ids, segment_ids):
     return model(ids, position_ids=position_ids, attention_mask=same)       # causality is added inside
 
 # %% ../nbs/14_scaling.ipynb #c14-budget-def
+def _as_list(values, caller, name, integral):
+    """A list, tuple or 1-D tensor of ints (integral=True) or of real numbers -> list; TypeError otherwise."""
+    if isinstance(values, torch.Tensor):
+        ok = (not (values.is_floating_point() or values.is_complex() or values.dtype == torch.bool) if integral
+              else values.is_floating_point())
+        if values.dim() != 1 or not ok:
+            raise TypeError(f"{caller}: {name} must be a 1-D {'integer' if integral else 'floating'} tensor, "
+                            f"got {values.dtype} {list(values.shape)}")
+        values = values.tolist()
+    kind = numbers.Integral if integral else numbers.Real
+    if not isinstance(values, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, kind) for v in values):
+        raise TypeError(f"{caller}: {name} must be a list of {'ints' if integral else 'numbers'} "
+                        f"(or a 1-D {'integer ' if integral else ''}tensor)")
+    return list(values)
+
+
 def token_budget_batches(lengths, max_tokens):
     """Group sequence indices into microbatches whose padded size (count * longest) <= max_tokens -> list of lists.
 
@@ -211,15 +216,7 @@ def token_budget_batches(lengths, max_tokens):
 
     Defined in Section 14.2.
     """
-    if isinstance(lengths, torch.Tensor):
-        if (lengths.dim() != 1 or lengths.is_floating_point() or lengths.is_complex()
-                or lengths.dtype == torch.bool):
-            raise TypeError(f"token_budget_batches: lengths must be a 1-D integer tensor, got "
-                            f"{lengths.dtype} {list(lengths.shape)}")
-        lengths = lengths.tolist()
-    if not isinstance(lengths, (list, tuple)) or any(
-            isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in lengths):
-        raise TypeError("token_budget_batches: lengths must be a list of ints (or a 1-D integer tensor)")
+    lengths = _as_list(lengths, 'token_budget_batches', 'lengths', integral=True)
     _check_int(max_tokens, 'token_budget_batches: max_tokens', 1)
     for i, n in enumerate(lengths):
         if n < 1:
@@ -326,14 +323,7 @@ def filter_by_pass_rate(tasks, pass_rates, low=0.0, high=1.0):
     """
     if not isinstance(tasks, (list, tuple)) or not all(isinstance(t, Task) for t in tasks):
         raise TypeError("filter_by_pass_rate: tasks must be a list of Task")
-    if isinstance(pass_rates, torch.Tensor):
-        if pass_rates.dim() != 1 or not pass_rates.is_floating_point():
-            raise TypeError(f"filter_by_pass_rate: pass_rates must be a 1-D floating tensor, got "
-                            f"{pass_rates.dtype} {list(pass_rates.shape)}")
-        pass_rates = pass_rates.tolist()
-    if not isinstance(pass_rates, (list, tuple)) or any(
-            isinstance(p, bool) or not isinstance(p, numbers.Real) for p in pass_rates):
-        raise TypeError("filter_by_pass_rate: pass_rates must be a list of numbers (or a 1-D tensor)")
+    pass_rates = _as_list(pass_rates, 'filter_by_pass_rate', 'pass_rates', integral=False)
     if len(pass_rates) != len(tasks):
         raise ValueError(f"filter_by_pass_rate: pass_rates must hold one rate per task ({len(tasks)}), "
                          f"got {len(pass_rates)}")
