@@ -12,5 +12,6 @@ from .grpo import *
 from .regularization import *
 from .rewards import *
 from .multiturn import *
+from .rollout import *
 from .scaling import *
 from .mathtools import *

@@ -2,7 +2,7 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen and Chapter 14 six, in
+makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen and Chapter 14 six, in
 one process each; this script trains them first, in two processes at once. Worker 0 uses this
 machine's default CPU kernels, worker 1 the kernels that the switched-kernel regression uses
 (tests/notebook_runner.switched_kernels).
@@ -39,6 +39,8 @@ def jobs():
     from agentrl.rewards import REWARD_RUNS                             # Chapter 11
     runs += [('make_reward_agent', 0, name, s, 110 if kw.get('steps', 200) == 200 else 55)
              for name, kw in REWARD_RUNS.items() for s in (0, 1, 2)]
+    from agentrl.rollout import OFFPOLICY_RUNS                          # Chapter 13
+    runs += [('make_offpolicy_agent', 0, name, s, 60) for name in OFFPOLICY_RUNS for s in (0, 1, 2)]
     from agentrl.scaling import CURRICULUM_RUNS                         # Chapter 14
     runs += [('make_curriculum_agent', 0, name, s, 120) for name in CURRICULUM_RUNS for s in (0, 1, 2)]
     return BASES, runs
@@ -67,6 +69,7 @@ def work(plan):
     from agentrl.grpo import make_rl_base, make_method_agent
     from agentrl.regularization import make_regularized_agent, REGULARIZED_RUNS
     from agentrl.rewards import make_reward_agent, REWARD_RUNS
+    from agentrl.rollout import make_offpolicy_agent, OFFPOLICY_RUNS
     from agentrl.scaling import make_curriculum_agent
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
@@ -77,6 +80,8 @@ def work(plan):
             make_regularized_agent(tok, base_seed=base_seed, seed=seed, **REGULARIZED_RUNS[method])
         elif fn == 'make_reward_agent':
             make_reward_agent(tok, base_seed=base_seed, seed=seed, **REWARD_RUNS[method])
+        elif fn == 'make_offpolicy_agent':
+            make_offpolicy_agent(tok, base_seed=base_seed, seed=seed, **OFFPOLICY_RUNS[method])
         elif fn == 'make_curriculum_agent':
             make_curriculum_agent(tok, method, base_seed=base_seed, seed=seed)
         else:
