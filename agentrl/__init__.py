@@ -14,4 +14,5 @@ from .rewards import *
 from .multiturn import *
 from .rollout import *
 from .scaling import *
+from .sft import *
 from .mathtools import *

@@ -2,7 +2,7 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen and Chapter 14 six, in
+makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six and Chapter 15 twelve (plus three shortened GRPO runs), in
 one process each; this script trains them first, in two processes at once. Worker 0 uses this
 machine's default CPU kernels, worker 1 the kernels that the switched-kernel regression uses
 (tests/notebook_runner.switched_kernels).
@@ -43,6 +43,10 @@ def jobs():
     runs += [('make_offpolicy_agent', 0, name, s, 60) for name in OFFPOLICY_RUNS for s in (0, 1, 2)]
     from agentrl.scaling import CURRICULUM_RUNS                         # Chapter 14
     runs += [('make_curriculum_agent', 0, name, s, 120) for name in CURRICULUM_RUNS for s in (0, 1, 2)]
+    from agentrl.sft import SFT_RUNS, SFT_BUDGET                        # Chapter 15
+    runs += [('make_sft_agent', 0, name, s, 60) for name in SFT_RUNS for s in (0, 1, 2)]
+    # Chapter 9's GRPO run stopped at Chapter 15's episode budget; the 'method' slot holds the steps
+    runs += [('make_grpo_agent', 0, SFT_BUDGET // 64, s, 30) for s in (0, 1, 2)]
     return BASES, runs
 
 
@@ -71,6 +75,8 @@ def work(plan):
     from agentrl.rewards import make_reward_agent, REWARD_RUNS
     from agentrl.rollout import make_offpolicy_agent, OFFPOLICY_RUNS
     from agentrl.scaling import make_curriculum_agent
+    from agentrl.sft import make_sft_agent
+    from agentrl.grpo import make_grpo_agent
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
         start = time.perf_counter()
@@ -84,6 +90,10 @@ def work(plan):
             make_offpolicy_agent(tok, base_seed=base_seed, seed=seed, **OFFPOLICY_RUNS[method])
         elif fn == 'make_curriculum_agent':
             make_curriculum_agent(tok, method, base_seed=base_seed, seed=seed)
+        elif fn == 'make_sft_agent':
+            make_sft_agent(tok, method, base_seed=base_seed, seed=seed)
+        elif fn == 'make_grpo_agent':
+            make_grpo_agent(tok, base_seed=base_seed, seed=seed, steps=method)
         else:
             make_method_agent(tok, method, base_seed=base_seed, seed=seed)
         print(f'{fn} base {base_seed} {method or ""} seed {seed}: {time.perf_counter() - start:.1f} s',
