@@ -2,7 +2,7 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six and Chapter 15 twelve (plus three shortened GRPO runs), in
+makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six and Chapter 15 eighteen (plus three shortened GRPO runs), in
 one process each; this script trains them first, in two processes at once. Worker 0 uses this
 machine's default CPU kernels, worker 1 the kernels that the switched-kernel regression uses
 (tests/notebook_runner.switched_kernels).
@@ -45,6 +45,9 @@ def jobs():
     runs += [('make_curriculum_agent', 0, name, s, 120) for name in CURRICULUM_RUNS for s in (0, 1, 2)]
     from agentrl.sft import SFT_RUNS, SFT_BUDGET                        # Chapter 15
     runs += [('make_sft_agent', 0, name, s, 60) for name in SFT_RUNS for s in (0, 1, 2)]
+    from agentrl.sft import SFT_CONTROL_LR                              # the same runs at the other lr
+    runs += [('make_sft_agent', 0, [name, lr], s, 60)
+             for name, lr in SFT_CONTROL_LR.items() for s in (0, 1, 2)]
     # Chapter 9's GRPO run stopped at Chapter 15's episode budget; the 'method' slot holds the steps
     runs += [('make_grpo_agent', 0, SFT_BUDGET // 64, s, 30) for s in (0, 1, 2)]
     return BASES, runs
@@ -91,7 +94,8 @@ def work(plan):
         elif fn == 'make_curriculum_agent':
             make_curriculum_agent(tok, method, base_seed=base_seed, seed=seed)
         elif fn == 'make_sft_agent':
-            make_sft_agent(tok, method, base_seed=base_seed, seed=seed)
+            name, lr = method if isinstance(method, list) else (method, None)
+            make_sft_agent(tok, name, base_seed=base_seed, seed=seed, lr=lr)
         elif fn == 'make_grpo_agent':
             make_grpo_agent(tok, base_seed=base_seed, seed=seed, steps=method)
         else:

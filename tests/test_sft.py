@@ -75,7 +75,7 @@ def test_sft_loss_matches_a_loop_over_policy_positions(tiny, tok, demos):
 
 
 def test_sft_loss_gradient_on_successes_is_reinforce_with_the_reward(tiny, tok, demos):
-    "Filtering to reward-1 episodes and imitating them is REINFORCE with A = r, rescaled (Section 15.2)."
+    "Filtering to reward-1 episodes and imitating them is REINFORCE with A = r, rescaled (Section 15.3)."
     batch = collate(demos, tok.pad_id)
     keep = batch['rewards'] == 1.0
     assert 0 < int(keep.sum()) < len(demos)
@@ -253,12 +253,55 @@ def test_dpo_loss_gradients_by_hand():
 
 
 def test_dpo_loss_identical_pair_has_no_net_gradient():
-    x = torch.tensor([-4.0, -7.5], requires_grad=True)
+    "Equal values in separate tensors: ln 2, and equal and opposite pushes of beta / (2B) on the two sides."
+    beta, B = 0.1, 2
+    pc = torch.tensor([-4.0, -7.5], requires_grad=True)
+    pr = torch.tensor([-4.0, -7.5], requires_grad=True)                  # the same values, another tensor
     ref = torch.tensor([-3.0, -9.0])
-    loss = m.dpo_loss(x, x, ref, ref)
+    loss = m.dpo_loss(pc, pr, ref, ref.clone(), beta=beta)
     loss.backward()
     assert loss.item() == pytest.approx(math.log(2), abs=1e-15)
-    assert x.grad.abs().max() == 0.0
+    assert pc.grad.tolist() == pytest.approx([-beta / (2 * B)] * B, abs=1e-15)    # sigma(0) = 1/2
+    assert pr.grad.tolist() == pytest.approx([beta / (2 * B)] * B, abs=1e-15)
+    assert (pc.grad + pr.grad).abs().max() == 0.0                                 # no net preference
+
+
+def test_dpo_loss_one_episode_as_both_members_moves_no_weight(tiny, tok, demos):
+    "Model level: the same episode scored twice through the model gives ln 2 and a zero parameter gradient."
+    model = copy.deepcopy(tiny)
+    ep = demos[:2]
+    logp = m._summed_logp(model, ep + ep, tok)                               # [4]: the two episodes twice
+    with torch.no_grad():
+        ref = m._summed_logp(tiny, ep, tok) - 1.5                            # any constant reference
+    loss = m.dpo_loss(logp[:2], logp[2:], ref, ref.clone())
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    assert loss.item() == pytest.approx(math.log(2), abs=1e-15)
+    assert max(g.abs().max().item() for g in grads) < 1e-15
+
+
+def test_dpo_loss_treats_a_reference_with_a_graph_as_constant():
+    "Reference terms computed from the policy's own graph still get no gradient: the loss detaches them."
+    beta, B = 0.5, 2
+    pc = torch.tensor([-2.0, -5.0], requires_grad=True)
+    pr = torch.tensor([-3.0, -1.0], requires_grad=True)
+    loss = m.dpo_loss(pc, pr, pc * 1.0, pr * 1.0, beta=beta)                 # reference = policy, with a graph
+    loss.backward()
+    # margins are 0, so each chosen gets -beta sigma(0) / B; not detached, every gradient would be 0
+    assert pc.grad.tolist() == pytest.approx([-beta / (2 * B)] * B, abs=1e-15)
+    assert pr.grad.tolist() == pytest.approx([beta / (2 * B)] * B, abs=1e-15)
+
+
+def test_dpo_loss_keeps_float32_and_stays_finite_there():
+    "float32 in, float32 out; a margin of -1000 at beta 0.1 (z = -100) where log(sigmoid) already fails."
+    pc = torch.tensor([-1000.0, 3.0], dtype=torch.float32, requires_grad=True)
+    zero = torch.zeros(2, dtype=torch.float32)
+    loss = m.dpo_loss(pc, zero, zero, zero, beta=0.1)
+    loss.backward()
+    assert loss.dtype == torch.float32 and pc.grad.dtype == torch.float32
+    want = ((100.0 + math.log1p(math.exp(-100.0))) + math.log1p(math.exp(-0.3))) / 2
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    assert torch.isfinite(pc.grad).all()
+    assert math.isinf(float(torch.log(torch.sigmoid(torch.tensor(-110.0, dtype=torch.float32)))))
 
 
 @pytest.mark.parametrize('beta', [0.1, 1.0])
@@ -374,3 +417,75 @@ def test_train_rounds_dpo_samples_from_the_right_model_and_pools_pairs(tiny, tok
     second_is_start = all(torch.equal(seen[1][k], v) for k, v in start.state_dict().items())
     assert first_is_start and second_is_start == (data == 'reference')              # who played round 2
     assert not same(model, start)
+
+
+# ---------------------------------------------------------------- helpers of the runs
+def test_length_batches_cover_every_item_once_per_pass():
+    lengths = [5, 3, 9, 3, 7, 1, 8, 2, 6, 4]                                 # 10 items, batches of 4: 3 per pass
+    batches = m._length_batches(lengths, 6, 4, torch.Generator().manual_seed(0))
+    assert len(batches) == 6
+    for first in (0, 3):                                                     # each pass is a partition
+        seen = sorted(i for b in batches[first:first + 3] for i in b)
+        assert seen == list(range(10))
+        sizes = sorted(len(b) for b in batches[first:first + 3])
+        assert sizes == [2, 4, 4]
+    for b in batches:                                                        # a batch is a run of the length order
+        others = [lengths[i] for i in range(10) if i not in b]
+        lo, hi = min(lengths[i] for i in b), max(lengths[i] for i in b)
+        assert sum(lo < x < hi for x in others) == 0
+
+
+def test_oracle_round_plays_random_passes_under_fresh_names(tok):
+    gen = torch.Generator().manual_seed(3)
+    eps = m._oracle_round(TRAIN[:5], tok, RLConfig(), 12, gen)
+    assert len(eps) == 12 and all(t.reward == 1.0 for t in eps)              # the oracle always passes
+    bodies = [t.info['task'] for t in eps]
+    assert len(set(bodies[:5])) == 5 and len(set(bodies[5:10])) == 5          # passes over the split
+    original = {t.name: t.fn_name for t in TRAIN[:5]}
+    assert all(t.info['fn_name'] != original[t.info['task']] for t in eps)    # every episode renamed
+    assert len({t.info['fn_name'] for t in eps}) > 1                         # and not all alike
+
+
+def test_rejection_sampling_trains_on_this_rounds_passes_only(tiny, tok, demos, monkeypatch):
+    wins = [t for t in demos if t.reward == 1.0]
+    fails = [t for t in demos if t.reward != 1.0]
+    rounds = [wins[:2] + fails[:6], wins[2:5] + fails[:5]]                   # round 1: 2 passes, round 2: 3
+    calls, trained = iter(rounds), []
+    monkeypatch.setattr(m, '_policy_round', lambda model, tasks, tok, cfg, n, gen: next(calls))
+    monkeypatch.setattr(m, 'sft_train', lambda model, trajs, tok, **kw: trained.append(list(trajs)) or [0.5])
+    history = m._train_rounds(copy.deepcopy(tiny), TRAIN, tok, RLConfig(seed=0), 2, 8, HELDOUT[:2],
+                              data='policy', update='sft', steps=3, lr=0.01)
+    assert trained == [wins[:2], wins[2:5]]                                  # never an earlier round's
+    assert [r['kept'] for r in history[1:]] == [2, 3]
+    assert [r['pass_rate'] for r in history[1:]] == [2 / 8, 3 / 8]
+
+
+def test_action_entropy_ignores_the_token_at_a_last_policy_position(tiny, tok, demos):
+    "The entropy at position t depends on ids[:t+1]; changing a target after which nothing is scored changes nothing."
+    batch = collate(demos, tok.pad_id)
+    mask = batch['action_mask']
+    last = torch.tensor([int(row.nonzero().max()) for row in mask])          # last policy position per row
+    only_last = torch.zeros_like(mask)
+    only_last[torch.arange(len(mask)), last] = 1.0
+    ids = batch['ids'].clone()
+    ids[torch.arange(len(ids)), last + 1] = (ids[torch.arange(len(ids)), last + 1] + 1) % len(tok)
+    a = m.action_entropy(tiny, dict(batch, action_mask=only_last))
+    b = m.action_entropy(tiny, dict(batch, ids=ids, action_mask=only_last))
+    assert a == b
+
+
+def test_make_sft_agent_lr_override_names_its_own_run(tok, monkeypatch, tmp_path):
+    import agentrl.grpo as grpo
+    monkeypatch.setattr(grpo, 'make_rl_base', small_base)
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    model, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8)
+    slow, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8, lr=0.001)
+    assert len(list(tmp_path.glob('rl_run-*.pt'))) == 2 and not same(model, slow)
+    monkeypatch.setattr(m, '_train_rounds', lambda *a, **k: pytest.fail('trained instead of loading'))
+    again, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8, lr=0.003)   # the default
+    assert same(again, model)
+    for lr in (0.0, 1.5, math.nan, '0.1'):
+        with pytest.raises(ValueError, match='lr'):
+            m.make_sft_agent(tok, 'DPO', lr=lr)
+    assert set(m.SFT_CONTROL_LR) == set(m.SFT_RUNS)
+    assert all(m.SFT_CONTROL_LR[k] != m.SFT_RUNS[k]['lr'] for k in m.SFT_RUNS)
