@@ -15,4 +15,5 @@ from .multiturn import *
 from .rollout import *
 from .scaling import *
 from .sft import *
+from .distill import *
 from .mathtools import *

@@ -2,7 +2,8 @@
 on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
-makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six and Chapter 15 eighteen (plus three shortened GRPO runs), in
+makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six,
+Chapter 15 eighteen (plus three shortened GRPO runs) and Chapter 16 nine (plus its small student's start), in
 one process each; this script trains them first, in two processes at once. Worker 0 uses this
 machine's default CPU kernels, worker 1 the kernels that the switched-kernel regression uses
 (tests/notebook_runner.switched_kernels).
@@ -50,6 +51,8 @@ def jobs():
              for name, lr in SFT_CONTROL_LR.items() for s in (0, 1, 2)]
     # Chapter 9's GRPO run stopped at Chapter 15's episode budget; the 'method' slot holds the steps
     runs += [('make_grpo_agent', 0, SFT_BUDGET // 64, s, 30) for s in (0, 1, 2)]
+    from agentrl.distill import DISTILL_RUNS                            # Chapter 16 (its student base first)
+    runs += [('make_distill_agent', 0, name, s, 40) for name in DISTILL_RUNS for s in (0, 1, 2)]
     return BASES, runs
 
 
@@ -80,6 +83,7 @@ def work(plan):
     from agentrl.scaling import make_curriculum_agent
     from agentrl.sft import make_sft_agent
     from agentrl.grpo import make_grpo_agent
+    from agentrl.distill import make_distill_agent
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
         start = time.perf_counter()
@@ -98,6 +102,8 @@ def work(plan):
             make_sft_agent(tok, name, base_seed=base_seed, seed=seed, lr=lr)
         elif fn == 'make_grpo_agent':
             make_grpo_agent(tok, base_seed=base_seed, seed=seed, steps=method)
+        elif fn == 'make_distill_agent':                 # trains the student base and the teacher if missing
+            make_distill_agent(tok, method, seed=seed)
         else:
             make_method_agent(tok, method, base_seed=base_seed, seed=seed)
         print(f'{fn} base {base_seed} {method or ""} seed {seed}: {time.perf_counter() - start:.1f} s',
