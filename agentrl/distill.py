@@ -5,6 +5,7 @@ __all__ = ['DISTILL_KINDS', 'STUDENT_SIZES', 'STUDENT_BASE_STEPS', 'DISTILL_ROUN
            'DISTILL_BUDGET', 'DISTILL_RUNS', 'distill_loss', 'make_student_base', 'make_distill_agent']
 
 # %% ../nbs/16_distillation.ipynb #c16-export-imports
+import importlib
 import math
 import time
 
@@ -16,7 +17,7 @@ from .policies import TinyAgent, snap_weights
 from .gym import make_tasks
 from .trajectories import Tokenizer, collate
 from .policy_gradient import _behaviour_clone, _cached_weights, _fingerprint, _training_code
-from .grpo import RLConfig, RL_BASE_KINDS, RL_BASE_STEPS, evaluate, make_grpo_agent
+from .grpo import RLConfig, RL_BASE_KINDS, evaluate, make_grpo_agent
 from .grpo import _check_int, _code_only, _rl_code
 from .sft import sft_train, _length_batches, _policy_round
 
@@ -42,20 +43,23 @@ def distill_loss(student_logits, teacher_logits, mask, kind='reverse_kl'):
     that count. It is aligned with the logits, not with the tokens: logits[:, t] predict token t+1,
     so with collate's batch (Chapter 5) pass logits[:, :-1] of both models and mask =
     batch['action_mask'] ([B, T-1], 1 where ids[:, t+1] is a policy token).
-    kind: 'reverse_kl' gives KL(student || teacher) = sum_v s_v (log s_v - log t_v) at each position,
-    the loss of on-policy distillation (mode seeking); 'forward_kl' gives KL(teacher || student) =
-    sum_v t_v (log t_v - log s_v), the loss of classic distillation (mode covering), whose gradient is
-    that of the cross-entropy to the teacher's soft targets.
+    kind: with q the student's softmax and p the teacher's (the notation of Section 16.1),
+    'reverse_kl' gives KL(q || p) = sum_v q_v (log q_v - log p_v) at each position, the loss of
+    on-policy distillation (mode seeking); 'forward_kl' gives KL(p || q) = sum_v p_v (log p_v -
+    log q_v), the loss of classic distillation (mode covering), whose gradient is that of the
+    cross-entropy to the teacher's soft targets.
     Both distributions come from log_softmax, so large logits never overflow. A logit of -inf is an
-    id of probability 0 and is handled exactly: a term whose weight (the first distribution) is 0
-    contributes 0 (0 log 0 = 0), also where both models give the id probability 0, never NaN.
-    Where the first distribution has mass and the second has none, the divergence is +inf, and so
-    is the loss: that is its true value (the student cannot reach the teacher, or puts mass where
-    the teacher allows none), and a trainer should treat it as an error, not step on it.
+    id of probability 0 and is handled exactly, by testing log-probabilities, not probabilities: a
+    term whose weight (the first distribution) has log-probability -inf contributes 0 (0 log 0 = 0),
+    also where both models give the id probability 0, never NaN; a term whose weight is positive but
+    underflows to 0.0 in exp (log-probability below about -745 in float64) still counts. Where the
+    first distribution has mass, however small, and the second has none, the divergence is +inf,
+    and so is the loss: that is its true value (the student cannot reach the teacher, or puts mass
+    where the teacher allows none); a trainer must not step on it (_kl_steps raises).
     The teacher's logits are detached: no gradient reaches the teacher, whatever requires_grad says.
     Positions with mask 0 are never read, so padding there may hold anything (NaN, rows of -inf).
     Returns a 0-d tensor, the mean over mask-1 positions, in nats per token; differentiable in
-    student_logits.
+    student_logits (with a finite gradient wherever the loss is finite).
     Raises TypeError for a non-tensor argument; ValueError for an unknown kind, logits that are not
     floating [B, T, V] or differ in shape, a mask that is not [B, T], holds values other than 0 and 1
     or has no 1, and logits that are NaN or +inf, or -inf for every id, at a mask-1 position.
@@ -93,11 +97,13 @@ def distill_loss(student_logits, teacher_logits, mask, kind='reverse_kl'):
         if not bool(torch.isfinite(x.max(-1).values).all()):
             raise ValueError(f"distill_loss: {name} is -inf for every id at a position where mask is 1")
     log_s, log_t = F.log_softmax(s, -1), F.log_softmax(t, -1)
-    log_p, log_q = (log_s, log_t) if kind == 'reverse_kl' else (log_t, log_s)   # KL(p || q)
-    p = log_p.exp()
-    gap = torch.where(p > 0, log_p - log_q, torch.zeros_like(p))   # 0 where p = 0: 0 log 0 = 0, never NaN
-    per_token = (p * gap).sum(-1)                              # [N], nats
-    return per_token.mean()
+    log_a, log_b = (log_s, log_t) if kind == 'reverse_kl' else (log_t, log_s)   # KL(a || b)
+    weighted = log_a > -math.inf                               # ids the first distribution can produce
+    both = weighted & (log_b > -math.inf)                      # ... and the second can too: a finite term
+    la, lb = torch.where(both, log_a, 0.0), torch.where(both, log_b, 0.0)   # no -inf enters the graph
+    per_token = torch.where(both, la.exp() * (la - lb), 0.0).sum(-1)         # [N], nats; 0 log 0 = 0
+    unreachable = (weighted & ~both).any(-1)                   # a_v > 0 = b_v somewhere: KL = +inf
+    return torch.where(unreachable, math.inf, per_token).mean()
 
 # %% ../nbs/16_distillation.ipynb #c16-base-def
 STUDENT_SIZES = dict(d_model=32, n_layers=1, n_heads=4)   # the teacher: d_model 64, 2 layers (Section 3.5)
@@ -139,9 +145,9 @@ def make_student_base(tok, seed=0):
 
 # %% ../nbs/16_distillation.ipynb #c16-runs-def
 DISTILL_ROUNDS = 16             # rounds of a run: collect episodes, then learn from them
-DISTILL_ROUND_EPISODES = 128    # episodes the teacher samples or scores per round (16 groups of 8)
+DISTILL_ROUND_EPISODES = 128    # episodes played per round, by the teacher or the student (16 groups of 8)
 DISTILL_STEPS = 8               # Adam steps of 32 episodes per round: each episode is used twice
-DISTILL_BUDGET = DISTILL_ROUNDS * DISTILL_ROUND_EPISODES     # 2,048 teacher episodes per run
+DISTILL_BUDGET = DISTILL_ROUNDS * DISTILL_ROUND_EPISODES     # 2,048 episodes played per run
 DISTILL_RUNS = {   # method -> who plays a round's episodes and what the student learns from them
     'SFT on teacher episodes':       dict(data='teacher', loss='sft'),
     'forward KL on teacher episodes': dict(data='teacher', loss='forward_kl'),
@@ -149,19 +155,45 @@ DISTILL_RUNS = {   # method -> who plays a round's episodes and what the student
 }
 
 
-def _kl_steps(student, teacher, trajs, tok, kind, steps, lr, seed):
-    "steps Adam steps of distill_loss(kind) on minibatches of 32 of trajs, teacher scoring every token -> losses."
+def _count_forwards(model, counter):
+    "Hook on model.ln_f: each pass adds 1 to counter['passes'] and B * T (padding included) to counter['positions']."
+    def hook(module, args, out):
+        counter['passes'] += 1
+        counter['positions'] += out.shape[0] * out.shape[1]
+    return model.ln_f.register_forward_hook(hook)
+
+
+def _score_round(teacher, trajs, tok, rows=32):
+    "The teacher's logits at every position of each episode, once, in length-sorted batches -> [len - 1, V] each."
+    order = sorted(range(len(trajs)), key=lambda i: (len(trajs[i]), i))
+    out = [None] * len(trajs)
+    with torch.no_grad():
+        for k in range(0, len(order), rows):
+            pick = order[k:k + rows]
+            b = collate([trajs[i] for i in pick], tok.pad_id)
+            logits = teacher(b['ids'], attention_mask=b['attention_mask'])          # [B, T, V]
+            for j, i in enumerate(pick):
+                out[i] = logits[j, :len(trajs[i]) - 1].clone()                     # logits t -> token t+1
+    return out
+
+
+def _kl_steps(student, trajs, teacher_logits, tok, kind, steps, lr, seed):
+    "steps Adam steps of distill_loss(kind) on minibatches of 32 of trajs against the stored teacher logits -> losses."
     batches = _length_batches([len(t) for t in trajs], steps, 32, torch.Generator().manual_seed(seed))
     opt = torch.optim.Adam(student.parameters(), lr=lr)
     student.train()
     snap_weights(student.parameters())
     losses = []
-    for pick in batches:
+    for step, pick in enumerate(batches, start=1):
         b = collate([trajs[i] for i in pick], tok.pad_id)
-        with torch.no_grad():
-            t_logits = teacher(b['ids'], attention_mask=b['attention_mask'])         # [B, T, V]
+        t_logits = torch.zeros(len(pick), b['ids'].shape[1] - 1, teacher_logits[pick[0]].shape[-1])
+        for j, i in enumerate(pick):
+            t_logits[j, :len(teacher_logits[i])] = teacher_logits[i]               # padding: mask 0, never read
         s_logits = student(b['ids'], attention_mask=b['attention_mask'])             # [B, T, V]
-        loss = distill_loss(s_logits[:, :-1], t_logits[:, :-1], b['action_mask'], kind)  # logits t -> token t+1
+        loss = distill_loss(s_logits[:, :-1], t_logits, b['action_mask'], kind)      # logits t -> token t+1
+        if not bool(torch.isfinite(loss)):
+            raise ValueError(f"_kl_steps: distill_loss({kind!r}) is {loss.item()} at step {step}: the two models "
+                             f"disagree about which ids are possible; not stepping on it")
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -181,24 +213,62 @@ def _train_distill(student, teacher, tasks, tok, cfg, rounds, round_episodes, ev
         return evaluate(student, eval_tasks, tok, n_samples=cfg.eval_samples, temperature=cfg.temperature,
                         generator=eval_gen, cfg=cfg)['pass_rate']
 
-    history = [{'round': 0, 'teacher_episodes': 0, 'student_episodes': 0, 'eval_pass_rate': run_eval()}]
-    for r in tqdm(range(1, rounds + 1), desc='distill rounds', leave=False):
-        player = teacher if data == 'teacher' else student
-        student.eval()
-        trajs = _policy_round(player, tasks, tok, cfg, round_episodes, gen)
-        row = {'round': r, 'teacher_episodes': r * round_episodes,
-               'student_episodes': r * round_episodes if data == 'student' else 0,
-               'pass_rate': sum(t.reward for t in trajs) / len(trajs)}
-        seed = 1000 * cfg.seed + r
-        if loss == 'sft':
-            losses = sft_train(student, trajs, tok, steps=steps, lr=lr, seed=seed)
-        else:
-            losses = _kl_steps(student, teacher, trajs, tok, loss, steps, lr, seed)
-        row['loss'] = sum(losses) / len(losses)
-        student.eval()
-        row['eval_pass_rate'] = run_eval()
-        history.append(row)
+    total = dict(teacher_sampled=0, teacher_scored=0, teacher_tokens=0, student_episodes=0, student_positions=0)
+    t_count = dict(passes=0, positions=0)                           # every pass through the teacher, measured
+    history = [{'round': 0, **total, 'teacher_passes': 0, 'teacher_positions': 0, 'eval_pass_rate': run_eval()}]
+    handle = _count_forwards(teacher, t_count)
+    try:
+        for r in tqdm(range(1, rounds + 1), desc='distill rounds', leave=False):
+            student.eval()
+            s_count = dict(passes=0, positions=0)
+            s_handle = _count_forwards(student, s_count) if data == 'student' else None
+            try:
+                trajs = _policy_round(teacher if data == 'teacher' else student, tasks, tok, cfg, round_episodes, gen)
+            finally:
+                if s_handle is not None:
+                    s_handle.remove()
+            tokens = sum(len(t) for t in trajs)
+            if data == 'teacher':
+                total['teacher_sampled'] += len(trajs)
+                total['teacher_tokens'] += tokens
+            else:
+                total['student_episodes'] += len(trajs)
+                total['student_positions'] += s_count['positions']
+            row = {'round': r, 'pass_rate': sum(t.reward for t in trajs) / len(trajs)}
+            seed = 1000 * cfg.seed + r
+            if loss == 'sft':
+                losses = sft_train(student, trajs, tok, steps=steps, lr=lr, seed=seed)
+            else:
+                t_logits = _score_round(teacher, trajs, tok)            # each episode scored once per round
+                total['teacher_scored'] += len(trajs)
+                total['teacher_tokens'] += tokens
+                losses = _kl_steps(student, trajs, t_logits, tok, loss, steps, lr, seed)
+                del t_logits
+            row.update(total, teacher_passes=t_count['passes'], teacher_positions=t_count['positions'],
+                       loss=sum(losses) / len(losses))
+            student.eval()
+            row['eval_pass_rate'] = run_eval()
+            history.append(row)
+    finally:
+        handle.remove()
     return history
+
+
+def _distill_code():
+    "Hash of the code (not the prose) of every function a run calls outside the modules _rl_code hashes."
+    sft = importlib.import_module('agentrl.sft')
+    fns = [_train_distill, _count_forwards, _score_round, _kl_steps, distill_loss, _check_logits3,
+           sft_train, _length_batches, _policy_round, sft.sft_loss, sft._check_batch, sft._lengths, sft._check_trajs]
+    return _fingerprint([_code_only(f) for f in fns])
+
+
+def _distill_key(tok, method, seed, teacher_seed, rounds, round_episodes, dtype):
+    "make_distill_agent's cache key: every argument, the sizes and steps, and the hashes of the code."
+    return {'what': 'distill_run', 'method': method, 'fields': DISTILL_RUNS[method], 'seed': seed,
+            'teacher_seed': teacher_seed, 'rounds': rounds, 'round_episodes': round_episodes,
+            'steps': DISTILL_STEPS, 'vocab': _fingerprint(tok.vocab), 'sizes': STUDENT_SIZES,
+            'student_steps': STUDENT_BASE_STEPS, 'dtype': str(dtype), 'torch': torch.__version__,
+            'code': _distill_code(), 'rl_code': _rl_code(), 'student_code': _training_code()}
 
 
 def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_ROUNDS,
@@ -215,26 +285,34 @@ def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_RO
     on minibatches of 32 of them (so each episode is used twice), the weights snapped to the grid:
       'SFT on teacher episodes'         the teacher plays; sft_train on all its episodes (the NLL
                                         of the tokens the teacher chose);
-      'forward KL on teacher episodes'  the teacher plays; distill_loss(kind='forward_kl'): at each
-                                        of its policy tokens, KL(teacher || student) over all ids;
-      'on-policy reverse KL'            the student plays; the teacher scores every policy token of
-                                        those episodes; distill_loss(kind='reverse_kl').
-    Every episode a round plays costs the teacher one episode: sampled (teacher data) or scored
-    with one forward pass (student data), so every run spends round_episodes * rounds teacher
-    episodes. Held-out validation (cfg.eval_samples = 4 episodes per held-out task, with train_rl's
-    validation generator) runs before the first round and after each. History: one dict per check
-    with round, teacher_episodes, student_episodes (played so far), eval_pass_rate; rows 1.. also
-    hold pass_rate of the round's episodes and loss (mean over the round's steps, nats per policy
-    token). Cached on disk like make_grpo_agent (Section 9.6); the key holds the method, its fields,
-    the seeds, rounds and round_episodes, the teacher's and the student's cache keys' ingredients,
-    and a hash of the code of the training loop (_train_distill, _kl_steps, distill_loss), not of
-    the prose. seconds: the wall-clock time of the training when it ran.
+      'forward KL on teacher episodes'  the teacher plays, then scores its own episodes once;
+                                        distill_loss(kind='forward_kl') at each policy token;
+      'on-policy reverse KL'            the student plays; the teacher scores each of those
+                                        episodes once; distill_loss(kind='reverse_kl').
+    The teacher scores a round's episodes in one forward pass per 32 of them, before the Adam steps,
+    and the steps reuse the stored logits: each episode costs the teacher one scoring per round.
+    The teacher's compute is measured, not assumed: a hook on its final LayerNorm counts its passes
+    and the positions they compute (batch x length, padding included), sampling and scoring alike.
+    Held-out validation (cfg.eval_samples = 4 episodes per held-out task, with train_rl's validation
+    generator) runs before the first round and after each. History: one dict per check with round,
+    eval_pass_rate and the running totals teacher_sampled and teacher_scored (episodes),
+    teacher_tokens (real tokens of those episodes), teacher_passes and teacher_positions (measured),
+    student_episodes and student_positions (the student's own sampling); rows 1.. also hold
+    pass_rate of the round's episodes and loss (mean over the round's steps, nats per policy token).
+    Raises ValueError (from _kl_steps) if a KL loss is not finite, rather than stepping on it.
+    Cached on disk like make_grpo_agent (Section 9.6); the key holds the method, its fields, the
+    seeds, rounds and round_episodes, the sizes and steps, and hashes of the code the run goes
+    through: the code (docstrings and comments stripped) of every function of this chapter and of
+    Chapter 15 it calls (_distill_code), the modules of an RL run (_rl_code, which covers the
+    teacher) and of the student base's training (_training_code), not the prose, and not Chapter
+    15's other functions. seconds: the wall-clock time of the training when it ran.
     Returns (TinyAgent in eval mode, history, seconds). Raises TypeError for a tok that is not a
     Tokenizer; ValueError for an unknown method, or a seed, teacher_seed, rounds or round_episodes
     out of range.
 
-    Source: the comparison of GKD (Agarwal et al., 2024): sequence-level KD (Kim and Rush, 2016),
-    supervised KD on teacher outputs (Hinton et al., 2015), and on-policy reverse KL.
+    Source: the comparison of GKD (Agarwal et al., 2024): supervised KD on teacher outputs
+    (sequence-level KD, Kim and Rush, 2016, used the teacher's beam-search outputs), token-level
+    KD (Hinton et al., 2015), and on-policy reverse KL.
 
     Defined in Section 16.4.
     """
@@ -254,12 +332,7 @@ def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_RO
     teacher, _ = make_grpo_agent(tok, 0, teacher_seed)
     student = make_student_base(tok, 0)
     cfg = RLConfig(seed=seed)
-    code = _fingerprint([_code_only(f) for f in (_train_distill, _kl_steps, distill_loss)])
-    key = {'what': 'distill_run', 'method': method, 'fields': fields, 'seed': seed,
-           'teacher_seed': teacher_seed, 'rounds': rounds, 'round_episodes': round_episodes, 'steps': DISTILL_STEPS,
-           'vocab': _fingerprint(tok.vocab), 'sizes': STUDENT_SIZES, 'student_steps': STUDENT_BASE_STEPS,
-           'dtype': str(student.config.dtype), 'torch': torch.__version__,
-           'code': code, 'rl_code': _rl_code(), 'student_code': _training_code()}
+    key = _distill_key(tok, method, seed, teacher_seed, rounds, round_episodes, student.config.dtype)
 
     def train():
         start = time.perf_counter()

@@ -1,6 +1,8 @@
 """Tests for agentrl.distill (Chapter 16). Expected values come from the definition of the KL written as
-loops over positions and ids (0 log 0 = 0, p log(p / 0) = inf), closed forms (0 for equal models, the
-softmax gradient of the reverse KL), and the argument checks of the cached helpers."""
+loops over positions and ids in log-probabilities (0 log 0 = 0, p log(p / 0) = inf, also where p underflows),
+closed forms (0 for equal models, the softmax gradient of the reverse KL), counts taken by an independent
+forward hook and by a spy on who plays (the accounting of _train_distill), and the argument checks and
+cache key of the cached helpers."""
 import inspect
 import math
 
@@ -16,18 +18,20 @@ INDEX = ('distill_loss',)
 
 
 def loops(p_logits, q_logits, mask):
-    "Mean over mask-1 positions of sum_v p_v log(p_v / q_v), written out."
+    "Mean over mask-1 positions of sum_v p_v log(p_v / q_v), written out in log-probabilities (p_v > 0 iff log p_v > -inf)."
     total, count = 0.0, 0
     B, T, V = p_logits.shape
     for b in range(B):
         for t in range(T):
             if mask[b, t] == 0:
                 continue
-            p = torch.softmax(p_logits[b, t], -1).tolist()
-            q = torch.softmax(q_logits[b, t], -1).tolist()
+            lp = [x - math.log(sum(math.exp(y - max(p_logits[b, t].tolist())) for y in p_logits[b, t].tolist()))
+                  - max(p_logits[b, t].tolist()) for x in p_logits[b, t].tolist()]
+            lq = [x - math.log(sum(math.exp(y - max(q_logits[b, t].tolist())) for y in q_logits[b, t].tolist()))
+                  - max(q_logits[b, t].tolist()) for x in q_logits[b, t].tolist()]
             for v in range(V):
-                if p[v] > 0:
-                    total += math.inf if q[v] == 0 else p[v] * math.log(p[v] / q[v])
+                if lp[v] > -math.inf:                          # 0 log 0 = 0 only where p_v is exactly 0
+                    total += math.inf if lq[v] == -math.inf else math.exp(lp[v]) * (lp[v] - lq[v])
             count += 1
     return total / count
 
@@ -254,13 +258,11 @@ def test_make_student_base_rejects_bad_arguments(tok):
 
 
 def test_runs_table_and_budget():
-    assert set(m.DISTILL_RUNS) == {'SFT on teacher episodes', 'forward KL on teacher episodes',
-                                   'on-policy reverse KL'}
-    assert m.DISTILL_BUDGET == m.DISTILL_ROUNDS * m.DISTILL_ROUND_EPISODES == 2048
-    assert m.DISTILL_ROUND_EPISODES % 8 == 0
-    for fields in m.DISTILL_RUNS.values():
-        assert fields['data'] in ('teacher', 'student') and fields['loss'] in ('sft',) + m.DISTILL_KINDS
-    assert m.DISTILL_RUNS['on-policy reverse KL'] == dict(data='student', loss='reverse_kl')
+    "The numbers Section 16.4 states: 16 rounds of 128 episodes (16 groups of 8), 8 steps, 2,048 episodes played."
+    assert (m.DISTILL_ROUNDS, m.DISTILL_ROUND_EPISODES, m.DISTILL_STEPS, m.DISTILL_BUDGET) == (16, 128, 8, 2048)
+    assert m.DISTILL_RUNS == {'SFT on teacher episodes': dict(data='teacher', loss='sft'),
+                              'forward KL on teacher episodes': dict(data='teacher', loss='forward_kl'),
+                              'on-policy reverse KL': dict(data='student', loss='reverse_kl')}
 
 
 def test_student_is_smaller_than_the_teacher(tok):
@@ -271,35 +273,173 @@ def test_student_is_smaller_than_the_teacher(tok):
     assert size(small) == 49_504 and size(big) == 173_568
 
 
-def test_kl_steps_lower_the_reverse_kl_toward_a_teacher(tok, tiny):
-    "A few _kl_steps on fixed episodes move the student toward the teacher and never touch the teacher."
-    import copy
+def _oracle_trajs(tok, n, seed=1):
     import random
     from agentrl.gym import make_tasks, scripted_policy
     from agentrl.grpo import RLConfig, make_env, randomize_names
     from agentrl.trajectories import scripted_rollout
-    rng = random.Random(1)
-    trajs = [scripted_rollout(scripted_policy('oracle'), make_env(RLConfig()), randomize_names(t, rng), tok)
-             for t in make_tasks('train')[:8]]
-    torch.manual_seed(7)
-    teacher = arl.TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+    rng = random.Random(seed)
+    return [scripted_rollout(scripted_policy('oracle'), make_env(RLConfig()), randomize_names(t, rng), tok)
+            for t in make_tasks('train')[:n]]
+
+
+def _small(tok, seed):
+    torch.manual_seed(seed)
+    return arl.TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+
+
+def test_underflowing_weight_still_counts():
+    "log p = -800 is finite (p > 0) though exp underflows to 0.0: against q = 0 the KL is +inf, not 0."
+    s = torch.tensor([[[0.0, -800.0, 1.0]]])                   # student: id 1 has log-probability about -801
+    t = torch.tensor([[[0.0, -math.inf, 1.0]]])                # teacher: id 1 impossible
+    one = torch.ones(1, 1)
+    assert torch.log_softmax(s, -1)[0, 0, 1].exp().item() == 0.0      # the probability underflows
+    assert m.distill_loss(s, t, one, 'reverse_kl').item() == math.inf == loops(s, t, one)
+    assert close(m.distill_loss(s, t, one, 'forward_kl').item(), loops(t, s, one))   # finite, by the loops
+    # finite on both sides: the underflowing term is p (log p - log q) ~ 1e-348 * 800, i.e. 0 in float64
+    t2 = torch.tensor([[[0.0, -5.0, 1.0]]])
+    assert close(m.distill_loss(s, t2, one).item(), loops(s, t2, one))
+    assert math.isfinite(m.distill_loss(s, t2, one).item())
+
+
+def test_infinite_loss_is_returned_with_a_finite_gradient_elsewhere(logits):
+    "+inf where only the teacher rules out an id (reverse KL); the gradient never becomes NaN."
+    s, t = logits
+    s = s.clone().requires_grad_()
+    t = _rule_out(t, [(0, 0, 2)])
+    loss = m.distill_loss(s, t, MASK)
+    assert loss.item() == math.inf
+    loss.backward()
+    assert not bool(torch.isnan(s.grad).any())
+
+
+def test_kl_steps_lower_the_reverse_kl_toward_a_teacher(tok, tiny):
+    "A few _kl_steps on fixed episodes move the student toward the stored teacher logits; the teacher is untouched."
+    import copy
+    trajs = _oracle_trajs(tok, 8)
+    teacher = _small(tok, 7)
     before_t = copy.deepcopy(teacher.state_dict())
     student = copy.deepcopy(tiny)
     b = collate(trajs, tok.pad_id)
+    t_logits = m._score_round(teacher, trajs, tok)
+    with torch.no_grad():
+        full = teacher(b['ids'])
+    for i, tr in enumerate(trajs):                              # scored once, row by row as the batch scores it
+        assert t_logits[i].shape == (len(tr) - 1, len(tok))
+        assert torch.allclose(t_logits[i], full[i, :len(tr) - 1], atol=1e-12, rtol=0)
 
     def kl():
         with torch.no_grad():
             return m.distill_loss(student(b['ids'])[:, :-1], teacher(b['ids'])[:, :-1], b['action_mask']).item()
 
     start = kl()
-    losses = m._kl_steps(student, teacher, trajs, tok, 'reverse_kl', steps=6, lr=0.01, seed=0)
+    losses = m._kl_steps(student, trajs, t_logits, tok, 'reverse_kl', steps=6, lr=0.01, seed=0)
     assert len(losses) == 6 and kl() < 0.5 * start
     assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in before_t.items())
 
 
-def test_cache_key_follows_code_not_prose():
-    "The run's code hash ignores docstrings: the fingerprint of _code_only equals that of the stripped source."
-    from agentrl.grpo import _code_only
-    for f in (m._train_distill, m._kl_steps, m.distill_loss):
-        text = _code_only(f)
-        assert '"""' not in text and 'Defined in Section' not in text
+def test_kl_steps_refuse_an_infinite_loss(tok, tiny):
+    "A teacher that rules out an id the student can produce: _kl_steps raises and the student's weights stay."
+    import copy
+    trajs = _oracle_trajs(tok, 4)
+    t_logits = [x.clone() for x in m._score_round(_small(tok, 7), trajs, tok)]
+    t_logits[0][:, 5] = -math.inf                               # id 5 impossible for the teacher everywhere
+    student = copy.deepcopy(tiny)
+    arl.snap_weights(student.parameters())                      # on the grid already, as _kl_steps leaves it
+    before = copy.deepcopy(student.state_dict())
+    with pytest.raises(ValueError, match='not stepping'):
+        m._kl_steps(student, trajs, t_logits, tok, 'reverse_kl', steps=2, lr=0.01, seed=0)
+    assert all(torch.equal(v, student.state_dict()[k]) for k, v in before.items())
+    # the forward KL on the same logits is finite (the teacher's zero weight cancels the term): it trains
+    assert len(m._kl_steps(student, trajs, t_logits, tok, 'forward_kl', steps=2, lr=0.01, seed=0)) == 2
+
+
+@pytest.mark.parametrize('method', list(m.DISTILL_RUNS))
+def test_train_distill_plays_scores_and_counts(tok, monkeypatch, method):
+    "A 2-round run of 8 episodes: who plays, what the teacher computes (counted by an independent hook), teacher unchanged."
+    import copy
+    from agentrl.gym import make_tasks
+    from agentrl.grpo import RLConfig
+    teacher, student = _small(tok, 11), _small(tok, 12)
+    before_t, before_s = copy.deepcopy(teacher.state_dict()), copy.deepcopy(student.state_dict())
+    played, sampling = [], {'passes': 0, 'positions': 0}
+    real_round = m._policy_round
+
+    def spy(model, tasks, tok_, cfg, n, gen):
+        who = 'teacher' if model is teacher else 'student' if model is student else '?'
+        calls = []
+        h = model.ln_f.register_forward_hook(lambda mod, a, out: calls.append(out.shape[0] * out.shape[1]))
+        try:
+            trajs = real_round(model, tasks, tok_, cfg, n, gen)
+        finally:
+            h.remove()
+        if who == 'teacher':
+            sampling['passes'] += len(calls)
+            sampling['positions'] += sum(calls)
+        played.append((who, trajs))
+        return trajs
+
+    monkeypatch.setattr(m, '_policy_round', spy)
+    fields = m.DISTILL_RUNS[method]
+    hist = m._train_distill(student, teacher, make_tasks('train'), tok, RLConfig(seed=0), 2, 8,
+                            make_tasks('heldout')[:2], **fields)
+    assert [who for who, _ in played] == [fields['data']] * 2 and all(len(t) == 8 for _, t in played)
+    assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in before_t.items())
+    assert any(not torch.equal(v, student.state_dict()[k]) for k, v in before_s.items())
+    last = hist[-1]
+    assert [h['round'] for h in hist] == [0, 1, 2]
+    lens = [len(tr) for _, trajs in played for tr in trajs]
+    scored = fields['loss'] != 'sft'
+    want_scoring_positions = sum(8 * max(len(tr) for tr in trajs) for _, trajs in played) if scored else 0
+    assert last['teacher_sampled'] == (16 if fields['data'] == 'teacher' else 0)
+    assert last['student_episodes'] == (16 if fields['data'] == 'student' else 0)
+    assert last['teacher_scored'] == (16 if scored else 0)
+    assert last['teacher_tokens'] == sum(lens) * ((fields['data'] == 'teacher') + scored)
+    assert last['teacher_passes'] == sampling['passes'] + (2 if scored else 0)   # one pass of 8 per round
+    assert last['teacher_positions'] == sampling['positions'] + want_scoring_positions
+    assert (last['student_positions'] > 0) == (fields['data'] == 'student')
+    assert hist[1]['pass_rate'] == sum(t.reward for t in played[0][1]) / 8
+    assert all(math.isfinite(h['loss']) for h in hist[1:])
+
+
+def _load_source(path, text):
+    "Import a module written to path (so inspect.getsource finds it) -> module."
+    import importlib.util
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeypatch, tmp_path):
+    """make_distill_agent's key (_distill_key) changes with the code of this chapter's loop and of the Chapter 15
+    functions it calls, not with their docstrings or comments, and not with Chapter 15 code it never calls."""
+    import agentrl.sft as sft
+    key = lambda: m._distill_key(tok, 'on-policy reverse KL', 0, 0, 16, 128, torch.float64)
+    base = key()
+    assert m._distill_key(tok, 'on-policy reverse KL', 1, 0, 16, 128, torch.float64) != base
+    src = inspect.getsource(sft._length_batches)
+    doc = src.splitlines()[1]
+    assert doc.strip().startswith('"')
+    reworded = src.replace(doc, '    "Another docstring."  # and a comment', 1)
+    changed = src.replace('tie[i])', '-tie[i])', 1)
+    assert changed != src
+    same = _load_source(tmp_path / 'same_code.py', 'import torch\n\n\n' + reworded)._length_batches
+    other = _load_source(tmp_path / 'other_code.py', 'import torch\n\n\n' + changed)._length_batches
+    monkeypatch.setattr(m, '_length_batches', same)
+    assert key() == base                                        # prose and comments are not code
+    monkeypatch.setattr(m, '_length_batches', other)
+    assert key()['code'] != base['code']                        # one changed character of Chapter 15's code
+    monkeypatch.undo()
+    assert key() == base
+    for where, name in ((m, 'sft_train'), (m, '_policy_round'), (m, '_kl_steps'), (m, '_score_round'),
+                        (m, '_train_distill'), (m, 'distill_loss'), (m, '_count_forwards'),
+                        (sft, 'sft_loss'), (sft, '_check_batch'), (sft, '_lengths')):
+        monkeypatch.setattr(where, name, other)                 # any function with different code
+        assert key()['code'] != base['code'], name
+        monkeypatch.undo()
+    monkeypatch.setattr(sft, 'dpo_loss', other)                 # Chapter 15 code a distillation run never calls
+    monkeypatch.setattr(sft, 'make_sft_agent', other)
+    monkeypatch.setattr(sft, 'pass_rate', other)
+    assert key() == base
