@@ -108,6 +108,16 @@ def distill_loss(student_logits, teacher_logits, mask, kind='reverse_kl'):
 # %% ../nbs/16_distillation.ipynb #c16-base-def
 STUDENT_SIZES = dict(d_model=32, n_layers=1, n_heads=4)   # the teacher: d_model 64, 2 layers (Section 3.5)
 STUDENT_BASE_STEPS = 400                                  # behaviour-cloning steps of the student's start
+_STUDENT_DEMOS, _STUDENT_BATCH, _STUDENT_LR = 8, 32, 0.003   # demos per train task and kind, batch, Adam lr
+
+
+def _student_key(tok, seed, dtype):
+    "make_student_base's cache key: the sizes, seed, steps, demos, batch, lr, vocabulary, dtype and code hashes."
+    return {'what': 'student_base', 'vocab': _fingerprint(tok.vocab), 'seed': seed, 'sizes': STUDENT_SIZES,
+            'kinds': list(RL_BASE_KINDS), 'steps': STUDENT_BASE_STEPS, 'demos': _STUDENT_DEMOS,
+            'batch': _STUDENT_BATCH, 'lr': _STUDENT_LR, 'dtype': str(dtype), 'torch': torch.__version__,
+            'code': _training_code(),
+            'own_code': _fingerprint([_code_only(f) for f in (make_student_base, _student_key)])}
 
 
 def make_student_base(tok, seed=0):
@@ -120,9 +130,11 @@ def make_student_base(tok, seed=0):
     make_rl_base (RL_BASE_KINDS: random and blind play with two oracle sets in ten, 8 episodes per
     train task and kind) for STUDENT_BASE_STEPS Adam steps of 32 episodes at lr 0.003, the weights
     snapped to the grid after every step. So the student starts as the book's RL base did, only
-    smaller and shorter trained. Cached on disk like make_base_agent (Section 6.5); the key holds
-    the sizes, the seed, the steps, the vocabulary, the dtype, the torch version and the hash of the
-    training code. Returns a TinyAgent in eval mode, the same for equal tok and seed.
+    smaller and shorter trained. Cached on disk like make_base_agent (Section 6.5); the key
+    (_student_key) holds the sizes, the seed, the steps, the demonstrations per task and kind, the
+    batch, the learning rate, the vocabulary, the dtype, the torch version, the hash of the training
+    code and the hash of the code (docstrings and comments stripped) of make_student_base and
+    _student_key themselves. Returns a TinyAgent in eval mode, the same for equal tok and seed.
     Raises TypeError for a tok that is not a Tokenizer; ValueError for a seed that is not an int >= 0.
 
     Defined in Section 16.3.
@@ -132,12 +144,11 @@ def make_student_base(tok, seed=0):
     _check_int(seed, 'make_student_base: seed', 0)
     torch.manual_seed(seed)
     model = TinyAgent(vocab_size=len(tok), **STUDENT_SIZES)
-    key = {'what': 'student_base', 'vocab': _fingerprint(tok.vocab), 'seed': seed, 'sizes': STUDENT_SIZES,
-           'kinds': list(RL_BASE_KINDS), 'steps': STUDENT_BASE_STEPS, 'dtype': str(model.config.dtype),
-           'torch': torch.__version__, 'code': _training_code()}
+    key = _student_key(tok, seed, model.config.dtype)
 
     def train():
-        _behaviour_clone(model, tok, seed, RL_BASE_KINDS, 8, STUDENT_BASE_STEPS, 32, 0.003)
+        _behaviour_clone(model, tok, seed, RL_BASE_KINDS, _STUDENT_DEMOS, STUDENT_BASE_STEPS, _STUDENT_BATCH,
+                         _STUDENT_LR)
         return model.state_dict()
 
     model.load_state_dict(_cached_weights(key, train))
@@ -257,8 +268,9 @@ def _train_distill(student, teacher, tasks, tok, cfg, rounds, round_episodes, ev
 def _distill_code():
     "Hash of the code (not the prose) of every function a run calls outside the modules _rl_code hashes."
     sft = importlib.import_module('agentrl.sft')
-    fns = [_train_distill, _count_forwards, _score_round, _kl_steps, distill_loss, _check_logits3,
-           sft_train, _length_batches, _policy_round, sft.sft_loss, sft._check_batch, sft._lengths, sft._check_trajs]
+    fns = [make_distill_agent, _distill_key, _distill_code, make_student_base, _student_key,
+           _train_distill, _count_forwards, _score_round, _kl_steps, distill_loss, _check_logits3, sft_train,
+           _length_batches, _policy_round, sft.sft_loss, sft._check_batch, sft._lengths, sft._check_trajs]
     return _fingerprint([_code_only(f) for f in fns])
 
 
@@ -268,7 +280,7 @@ def _distill_key(tok, method, seed, teacher_seed, rounds, round_episodes, dtype)
             'teacher_seed': teacher_seed, 'rounds': rounds, 'round_episodes': round_episodes,
             'steps': DISTILL_STEPS, 'vocab': _fingerprint(tok.vocab), 'sizes': STUDENT_SIZES,
             'student_steps': STUDENT_BASE_STEPS, 'dtype': str(dtype), 'torch': torch.__version__,
-            'code': _distill_code(), 'rl_code': _rl_code(), 'student_code': _training_code()}
+            'code': _distill_code(), 'rl_code': _rl_code(), 'student_key': _student_key(tok, 0, dtype)}
 
 
 def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_ROUNDS,
@@ -303,8 +315,9 @@ def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_RO
     Cached on disk like make_grpo_agent (Section 9.6); the key holds the method, its fields, the
     seeds, rounds and round_episodes, the sizes and steps, and hashes of the code the run goes
     through: the code (docstrings and comments stripped) of every function of this chapter and of
-    Chapter 15 it calls (_distill_code), the modules of an RL run (_rl_code, which covers the
-    teacher) and of the student base's training (_training_code), not the prose, and not Chapter
+    Chapter 15 it calls, make_distill_agent, _distill_key and make_student_base included
+    (_distill_code), the modules of an RL run (_rl_code, which covers the teacher) and the student
+    base's whole key (_student_key: its hyperparameters and code), not the prose, and not Chapter
     15's other functions. seconds: the wall-clock time of the training when it ran.
     Returns (TinyAgent in eval mode, history, seconds). Raises TypeError for a tok that is not a
     Tokenizer; ValueError for an unknown method, or a seed, teacher_seed, rounds or round_episodes

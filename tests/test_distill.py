@@ -258,8 +258,22 @@ def test_make_student_base_rejects_bad_arguments(tok):
 
 
 def test_runs_table_and_budget():
-    "The numbers Section 16.4 states: 16 rounds of 128 episodes (16 groups of 8), 8 steps, 2,048 episodes played."
+    """The numbers Section 16.4 states: 16 rounds of 128 episodes (16 groups of 8), 8 steps, 2,048 episodes played;
+    the run's defaults are those constants, and 8 minibatches of 32 of a round's 128 episodes use each one twice."""
     assert (m.DISTILL_ROUNDS, m.DISTILL_ROUND_EPISODES, m.DISTILL_STEPS, m.DISTILL_BUDGET) == (16, 128, 8, 2048)
+    sig = inspect.signature(m.make_distill_agent).parameters
+    assert (sig['rounds'].default, sig['round_episodes'].default) == (16, 128)
+    train = inspect.signature(m._train_distill).parameters
+    assert (train['steps'].default, train['lr'].default) == (8, 0.003)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(20, 60, (128,), generator=g).tolist()
+    batches = m._length_batches(lengths, 8, 32, torch.Generator().manual_seed(1))
+    assert len(batches) == 8 and all(len(b) == 32 for b in batches)
+    uses = [0] * 128
+    for b in batches:
+        for i in b:
+            uses[i] += 1
+    assert uses == [2] * 128                                    # every episode of the round used exactly twice
     assert m.DISTILL_RUNS == {'SFT on teacher episodes': dict(data='teacher', loss='sft'),
                               'forward KL on teacher episodes': dict(data='teacher', loss='forward_kl'),
                               'on-policy reverse KL': dict(data='student', loss='reverse_kl')}
@@ -435,6 +449,7 @@ def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeyp
     assert key() == base
     for where, name in ((m, 'sft_train'), (m, '_policy_round'), (m, '_kl_steps'), (m, '_score_round'),
                         (m, '_train_distill'), (m, 'distill_loss'), (m, '_count_forwards'),
+                        (m, 'make_distill_agent'), (m, 'make_student_base'),
                         (sft, 'sft_loss'), (sft, '_check_batch'), (sft, '_lengths')):
         monkeypatch.setattr(where, name, other)                 # any function with different code
         assert key()['code'] != base['code'], name
@@ -443,3 +458,53 @@ def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeyp
     monkeypatch.setattr(sft, 'make_sft_agent', other)
     monkeypatch.setattr(sft, 'pass_rate', other)
     assert key() == base
+
+
+def test_student_base_key_follows_its_code_and_hyperparameters(tok, monkeypatch, tmp_path):
+    """make_student_base's key (_student_key) changes with its learning rate, demonstrations, batch and steps and
+    with the code of make_student_base, not with its docstring; make_distill_agent's key holds the student's key."""
+    key = lambda: m._student_key(tok, 0, torch.float64)
+    run_key = lambda: m._distill_key(tok, 'SFT on teacher episodes', 0, 0, 16, 128, torch.float64)
+    base, run_base = key(), run_key()
+    assert m._student_key(tok, 1, torch.float64) != base
+    for name, value in (('_STUDENT_LR', 0.001), ('_STUDENT_DEMOS', 4), ('_STUDENT_BATCH', 16),
+                        ('STUDENT_BASE_STEPS', 200)):
+        monkeypatch.setattr(m, name, value)
+        assert key() != base and run_key() != run_base, name
+        monkeypatch.undo()
+    assert key() == base and run_key() == run_base
+    src = inspect.getsource(m.make_student_base)
+    doc = src.split('"""')[1]
+    header = 'import torch\n\n\n'
+    reworded = _load_source(tmp_path / 'reworded.py', header + src.replace(doc, 'Another docstring.', 1))
+    edited = _load_source(tmp_path / 'edited.py', header + src.replace('return model.eval()', 'return model', 1))
+    monkeypatch.setattr(m, 'make_student_base', reworded.make_student_base)
+    assert key() == base and run_key() == run_base            # prose is not code
+    monkeypatch.setattr(m, 'make_student_base', edited.make_student_base)
+    assert key()['own_code'] != base['own_code'] and run_key() != run_base
+
+
+@pytest.mark.parametrize('seed', [0, 3])
+def test_sft_and_forward_kl_see_the_same_episodes(tok, monkeypatch, seed):
+    "Within a seed, SFT and the forward KL learn from token-identical teacher episodes in every round."
+    from agentrl.gym import make_tasks
+    from agentrl.grpo import RLConfig
+    seen = {}
+    real_round = m._policy_round
+    for method in ('SFT on teacher episodes', 'forward KL on teacher episodes'):
+        teacher, student = _small(tok, 11), _small(tok, 12)
+        rounds = []
+
+        def spy(model, tasks, tok_, cfg, n, gen):
+            trajs = real_round(model, tasks, tok_, cfg, n, gen)
+            rounds.append([t.ids.clone() for t in trajs])
+            return trajs
+
+        monkeypatch.setattr(m, '_policy_round', spy)
+        m._train_distill(student, teacher, make_tasks('train'), tok, RLConfig(seed=seed), 2, 8,
+                         make_tasks('heldout')[:1], **m.DISTILL_RUNS[method])
+        monkeypatch.undo()
+        seen[method] = rounds
+    a, b = seen.values()
+    assert len(a) == len(b) == 2 and all(len(r) == 8 for r in a)
+    assert all(torch.equal(x, y) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
