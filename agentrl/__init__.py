@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 from .fundamentals import *
 from .policies import *
 from .gym import *
+from .gym import _tool      # the index lists this Chapter 4 helper by its private name (Section 4.7)
 from .trajectories import *
 from .policy_gradient import *
 from .advantages import *

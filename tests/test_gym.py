@@ -448,6 +448,11 @@ def test_format_results_exact():
 
 
 # ---------------------------------------------------------------- _tool
+def test_tool_is_reachable_from_the_package_as_the_index_names_it():
+    import agentrl as arl
+    assert arl._tool is _tool
+
+
 def test_tool_schema():
     spec = _tool('edit', 'apply an op', ['op'], op={'type': 'string', 'enum': ['a']}, n='integer')
     assert spec == {'name': 'edit', 'description': 'apply an op',
