@@ -17,4 +17,5 @@ from .rollout import *
 from .scaling import *
 from .sft import *
 from .distill import *
+from .evaluation import *
 from .mathtools import *
