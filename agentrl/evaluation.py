@@ -11,7 +11,8 @@ from statistics import NormalDist
 import torch
 
 from .gym import hidden_reward
-from .trajectories import rollout_batch
+from .policies import TinyAgent
+from .trajectories import Tokenizer, rollout_batch
 from .grpo import RLConfig, make_env, randomize_names, _check_tasks, _check_generator, _name_rng
 
 # %% ../nbs/17_evaluation.ipynb #c17-sample-counts-def
@@ -37,14 +38,19 @@ def sample_counts(model, tasks, tok, n, cfg=None, generator=None):
     at one prompt, as pass@k assumes. An episode counts when it submitted and passes every
     hidden test (hidden_reward). Runs under torch.no_grad and restores the model's train/eval
     mode. Returns counts with 0 <= counts[i] <= n; counts.sum() / (N * n) is evaluate's
-    pass_rate. Raises TypeError for an n that is not an int or a bad cfg or generator,
-    ValueError for n < 1 or an empty tasks.
+    pass_rate. Raises TypeError for a model that is not a TinyAgent, a tok that is not a
+    Tokenizer, an n that is not an int or a bad cfg or generator, ValueError for n < 1 or an
+    empty tasks.
 
     Source: the n samples per problem from which Chen et al. ("Evaluating Large Language Models
     Trained on Code", 2021) estimate pass@k.
 
     Defined in Section 17.1.
     """
+    if not isinstance(model, TinyAgent):
+        raise TypeError(f"sample_counts: model must be a TinyAgent, got {type(model).__name__}")
+    if not isinstance(tok, Tokenizer):
+        raise TypeError(f"sample_counts: tok must be a Tokenizer, got {type(tok).__name__}")
     cfg = RLConfig() if cfg is None else cfg
     _check_tasks(cfg, tasks, 'sample_counts')
     n = _int_arg(n, 'n', 1, 'sample_counts')
@@ -89,15 +95,17 @@ def pass_at_k(n, c, k):
     n: samples per task (int >= 1); c: successes, an int or an integer tensor [N] (any shape)
     with 0 <= c <= n; k: attempts allowed (int, 1 <= k <= n). The estimate is the share of the
     C(n, k) subsets of k samples, drawn without replacement from the n, that hold a success.
-    It is computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i), a product of c factors in [0, 1) that
-    never overflows (the binomials themselves exceed float64 from n of about 1030); a factor is 0
-    exactly when n - c < k, so every subset then holds a success and the estimate is 1. c = 0
-    gives 0. Returns a Python float for an int c, a float64 tensor of c's shape for a tensor.
+    When n - c < k every subset holds one, and the estimate is exactly 1. Otherwise it is
+    1 - prod_{i=n-c+1}^{n} (1 - k/i), a product of c factors in (0, 1) that never overflows
+    (the binomials themselves exceed float64 from n of about 1030); c = 0 gives exactly 0.
+    The products for every c from 0 to n - k are the prefixes of one running product over
+    i = n, n-1, ..., k+1, so memory is O(n) plus the output, whatever the number of counts.
+    Returns a Python float for an int c, a float64 tensor of c's shape for a tensor.
     Raises TypeError for a non-int n or k or a c that is neither an int nor an integer tensor,
     ValueError for n < 1, k < 1, k > n, or a c outside [0, n].
 
     Source: Chen et al., "Evaluating Large Language Models Trained on Code" (Codex), 2021,
-    whose numerically stable product form this is.
+    whose numerically stable product form this is, with its explicit 1 when n - c < k.
 
     Defined in Section 17.1.
     """
@@ -108,9 +116,10 @@ def pass_at_k(n, c, k):
         raise ValueError(f"{caller}: k must be <= n (k of the n samples are drawn without replacement), "
                          f"got k={k}, n={n}")
     c, was_int = _counts_arg(c, 'c', n, caller)
-    i = torch.arange(1, n + 1, dtype=torch.float64)                 # [n]
-    factors = torch.where(i > (n - c)[..., None], 1.0 - k / i, torch.ones((), dtype=torch.float64))
-    out = 1.0 - factors.prod(-1)                                     # [...]
+    f = 1.0 - k / torch.arange(n, k, -1, dtype=torch.float64)              # [n - k]: i = n, n-1, ..., k+1
+    prods = torch.cat([torch.ones(1, dtype=torch.float64), f.cumprod(0)])  # [n - k + 1]: prods[j] = j factors
+    one = torch.ones((), dtype=torch.float64)
+    out = torch.where(c <= n - k, 1.0 - prods[c.clamp(max=n - k)], one)    # c's shape; 1 when n - c < k
     return out.item() if was_int else out
 
 # %% ../nbs/17_evaluation.ipynb #c17-wilson-def
@@ -192,9 +201,12 @@ def bootstrap_ci(values, n_boot=1000, alpha=0.05, generator=None):
     seeded with 0, so equal inputs give equal intervals). Each resample draws N units with
     replacement, in one call torch.randint(N, (n_boot, N), generator=generator), and takes their
     mean; lo and hi are the alpha/2 and 1 - alpha/2 quantiles of the n_boot means (torch.quantile,
-    linear interpolation). Returns two Python floats in the units of values. Raises TypeError for
-    a values that is not a real tensor or a bad generator, ValueError for a values that is not 1-d
-    with N >= 2 or holds NaN or inf, an n_boot < 2 or an alpha outside (0, 1).
+    linear interpolation). The resampled means spread by s sqrt((N-1)/N) / sqrt(N) (s: the sd
+    of values), a little less than the standard error s / sqrt(N), so with few units the
+    interval is too narrow (Section 17.6). Returns two Python floats in the units of values.
+    Raises TypeError for a values that is not a real tensor or a bad generator, ValueError for
+    a values that is not 1-d with N >= 2 or holds NaN or inf, an n_boot < 2 or an alpha
+    outside (0, 1).
 
     Source: B. Efron, "Bootstrap Methods: Another Look at the Jackknife", Annals of Statistics,
     1979; the percentile interval as in Efron and Tibshirani, "An Introduction to the

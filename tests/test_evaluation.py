@@ -1,10 +1,13 @@
 """Tests for agentrl.evaluation (Chapter 17). Expected values come from exact integers (math.comb, Fraction),
-brute-force enumeration of every k-subset, hand-solved Wilson quadratics, bootstrap loops written out with the
-same generator, the sample-size formula with hard-coded normal quantiles, and Chapter 15's pass_rate, which
+brute-force enumeration of every k-subset, the exact expectation of pass@k over a binomial count, hand-solved
+Wilson quadratics, the exact bootstrap distribution of a mean enumerated over all N^N resamples and the closed
+form of its spread, bootstrap loops written out with the same generator, the sample-size formula with
+hard-coded normal quantiles, the power it promises and textbook sample sizes, and Chapter 15's pass_rate, which
 returns the episodes that sample_counts counts."""
 import itertools
 import math
 from fractions import Fraction
+from statistics import NormalDist
 
 import pytest
 import torch
@@ -69,6 +72,38 @@ def test_pass_at_k_tensor_matches_scalar_loop():
     assert torch.allclose(got, want, atol=1e-13)
     grid = torch.tensor([[0, 3], [16, 8]], dtype=torch.int32)          # any shape, any integer dtype
     assert m.pass_at_k(16, grid, 2).shape == (2, 2)
+
+
+@pytest.mark.parametrize('p', [Fraction(1, 10), Fraction(1, 2), Fraction(7, 9)])
+def test_pass_at_k_is_unbiased_over_a_binomial_count(p):
+    "E over c ~ Binomial(n, p) of the estimate is 1 - (1 - p)^k: exactly in rationals, to 1e-12 for the function."
+    for n in range(1, 13):
+        pmf = [math.comb(n, c) * p ** c * (1 - p) ** (n - c) for c in range(n + 1)]
+        assert sum(pmf) == 1
+        for k in range(1, n + 1):
+            truth = 1 - (1 - p) ** k
+            assert sum(w * exact_pass(n, c, k) for c, w in enumerate(pmf)) == truth
+            plug_in = sum(w * (1 - (1 - Fraction(c, n)) ** k) for c, w in enumerate(pmf))
+            assert plug_in < truth if k >= 2 else plug_in == truth          # the plug-in is biased low
+            got = m.pass_at_k(n, torch.arange(n + 1), k)                      # every count at once
+            assert float(sum(float(w) * x for w, x in zip(pmf, got.tolist()))) == pytest.approx(float(truth),
+                                                                                              abs=1e-12)
+
+
+def test_pass_at_k_is_exactly_one_when_every_subset_holds_a_success():
+    got = m.pass_at_k(20, torch.arange(21), 5)
+    assert bool((got[16:] == 1.0).all())                                  # n - c = 4 or fewer failures < k = 5
+    assert bool((got[:16] < 1.0).all()) and got[0].item() == 0.0
+    assert m.pass_at_k(7, 7, 7) == 1.0 and m.pass_at_k(7, 0, 7) == 0.0
+
+
+def test_pass_at_k_many_counts_at_large_n():
+    "O(n) memory: 100,000 counts at n = 5000 (a [100000, 5000] float table would need 4 GB)."
+    c = torch.randint(0, 5001, (100_000,), generator=torch.Generator().manual_seed(0))
+    got = m.pass_at_k(5000, c, 10)
+    assert got.shape == (100_000,) and bool(((got >= 0) & (got <= 1)).all())
+    for i in (0, 1, 2, 99_999):
+        assert got[i].item() == pytest.approx(float(exact_pass(5000, int(c[i]), 10)), rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize('args, err, words', [
@@ -174,6 +209,69 @@ def test_bootstrap_default_generator_is_seed_zero_and_inputs_untouched():
     assert m.bootstrap_ci(torch.tensor([2, 2, 2])) == (2.0, 2.0)        # no spread, integer input
 
 
+def exact_bootstrap(values):
+    "Every one of the N^N equally likely resamples, enumerated -> sorted list of (mean, probability), exact."
+    n, atoms = len(values), {}
+    for idx in itertools.product(range(n), repeat=n):
+        mean = sum(Fraction(values[i]) for i in idx) / n
+        atoms[mean] = atoms.get(mean, 0) + Fraction(1, n ** n)
+    return sorted(atoms.items())
+
+
+def atom_at(dist, q):
+    "The value whose step of the exact CDF contains level q, and the distance of q from the step's ends."
+    below = 0
+    for x, p in dist:
+        if below < q < below + p:
+            return x, min(q - below, below + p - q)
+        below += p
+    raise AssertionError(f'level {q} falls on a jump of the CDF')
+
+
+def test_exact_bootstrap_spread_is_the_closed_form():
+    "The resampled means have variance s^2 (N-1)/N / N: checks the enumeration used below."
+    for values in ([0, 1, 3, 10], [0, 2, 7], [1, 4, 6, 15]):
+        n = len(values)
+        dist = exact_bootstrap(values)
+        mean = Fraction(sum(values), n)
+        assert sum(p for _, p in dist) == 1 and sum(x * p for x, p in dist) == mean
+        s2 = sum((Fraction(v) - mean) ** 2 for v in values) / (n - 1)           # sample variance
+        assert sum((x - mean) ** 2 * p for x, p in dist) == s2 * (n - 1) / n / n
+
+
+@pytest.mark.parametrize('values, alpha', [([0, 1, 3, 10], 0.05), ([0, 1, 3, 10], 0.2), ([0, 2, 7], 0.1),
+                                           ([1, 4, 6, 15], 0.3), ([-2, 0, 5], 0.2)])
+def test_bootstrap_matches_the_exact_bootstrap_distribution(values, alpha):
+    """With N = 3 or 4 units the bootstrap distribution of the mean is known exactly; 40,000 resamples put
+    both percentiles on the exact atom (each level is at least 0.004, five Monte Carlo sd, from a jump)."""
+    dist = exact_bootstrap(values)
+    (lo_x, lo_gap), (hi_x, hi_gap) = atom_at(dist, Fraction(alpha) / 2), atom_at(dist, 1 - Fraction(alpha) / 2)
+    assert min(lo_gap, hi_gap) >= Fraction(4, 1000)
+    lo, hi = m.bootstrap_ci(torch.tensor(values, dtype=torch.float64), n_boot=40_000, alpha=alpha,
+                            generator=torch.Generator().manual_seed(1))
+    assert (lo, hi) == pytest.approx((float(lo_x), float(hi_x)), abs=1e-12)
+
+
+def test_paired_bootstrap_matches_the_exact_distribution_of_the_differences():
+    a = torch.tensor([1.0, 5.0, 2.0, 9.0])
+    b = torch.tensor([1.0, 4.0, 0.0, -1.0])                                  # differences 0, 1, 2, 10
+    dist = exact_bootstrap([0, 1, 2, 10])
+    diff, lo, hi = m.paired_bootstrap_diff(a, b, n_boot=40_000, alpha=0.2, generator=torch.Generator().manual_seed(2))
+    (lo_x, lo_gap), (hi_x, hi_gap) = atom_at(dist, Fraction(1, 10)), atom_at(dist, Fraction(9, 10))
+    assert min(lo_gap, hi_gap) >= Fraction(4, 1000)
+    assert diff == 3.25 and (lo, hi) == pytest.approx((float(lo_x), float(hi_x)), abs=1e-12)
+
+
+def test_bootstrap_spread_matches_the_closed_form_for_many_units():
+    "At alpha = 2 Phi(-1) the half-width approaches one sd of the resampled means, s sqrt((N-1)/N) / sqrt(N)."
+    values = torch.rand(60, generator=torch.Generator().manual_seed(3))
+    alpha = 2 * NormalDist().cdf(-1.0)
+    lo, hi = m.bootstrap_ci(values, n_boot=40_000, alpha=alpha, generator=torch.Generator().manual_seed(4))
+    n = values.numel()
+    want = values.std().item() * math.sqrt((n - 1) / n) / math.sqrt(n)
+    assert (hi - lo) / 2 == pytest.approx(want, rel=0.03)
+
+
 def test_paired_bootstrap_matches_loop_over_pairs():
     a = torch.tensor([0.9, 0.2, 0.7, 0.4, 1.0, 0.1, 0.6, 0.3])
     b = torch.tensor([0.8, 0.2, 0.5, 0.45, 0.9, 0.0, 0.6, 0.1])
@@ -234,6 +332,27 @@ def test_required_units_known_values_and_scaling():
     assert m.required_units(10.0, 0.01, alpha=0.01) > m.required_units(10.0, 0.01)
     assert m.required_units(0.001, 1.0) == 1                   # never fewer than one unit
     assert isinstance(m.required_units(0.3, 0.05), int)
+
+
+def normal_power(n_units, sd, effect, alpha):
+    "Power of the two-sided z-test with n_units units (the far tail ignored, as the sample-size formula does)."
+    return NormalDist().cdf(math.sqrt(n_units) * effect / sd - NormalDist().inv_cdf(1 - alpha / 2))
+
+
+@pytest.mark.parametrize('sd, effect, alpha, power', [
+    (0.3, 0.05, 0.05, 0.8), (0.309, 0.05, 0.05, 0.8), (1.0, 0.5, 0.05, 0.9), (0.2, 0.07, 0.01, 0.8),
+    (2.0, 0.1, 0.1, 0.95), (1.0, 0.9, 0.05, 0.5)])
+def test_required_units_is_the_smallest_count_with_the_power(sd, effect, alpha, power):
+    n_units = m.required_units(sd, effect, alpha=alpha, power=power)
+    assert normal_power(n_units, sd, effect, alpha) >= power - 1e-9
+    assert n_units == 1 or normal_power(n_units - 1, sd, effect, alpha) < power
+
+
+def test_required_units_textbook_values():
+    "Two-sided z-test, alpha 0.05, power 0.8: n = 7.85 / d^2 with d = effect / sd (Cohen, 1988)."
+    assert m.required_units(2.0, 1.0) == 32                   # d = 0.5 ("medium"): 31.4 -> 32
+    assert m.required_units(1.0, 0.8) == 13                   # d = 0.8 ("large"): 12.3 -> 13
+    assert m.required_units(1.0, 0.2) == 197                  # d = 0.2 ("small"): 196.2 -> 197
 
 
 def test_required_units_does_not_round_up_an_integer():
@@ -301,3 +420,7 @@ def test_sample_counts_errors(tok, tiny, kwargs, err, words):
         m.sample_counts(tiny, make_tasks('test')[:2], tok, **kwargs)
     with pytest.raises(ValueError, match='tasks'):
         m.sample_counts(tiny, [], tok, 2)
+    with pytest.raises(TypeError, match='model must be a TinyAgent'):
+        m.sample_counts('agent', make_tasks('test')[:2], tok, 2)
+    with pytest.raises(TypeError, match='tok must be a Tokenizer'):
+        m.sample_counts(tiny, make_tasks('test')[:2], 'tok', 2)
