@@ -141,11 +141,12 @@ def wilson_interval(successes, n, z=1.96):
       centre = (c + z^2/2) / (n + z^2),
       half   = z / (n + z^2) * sqrt(c (n - c) / n + z^2 / 4),
     clamped to [0, 1], with lo = 0 exactly at c = 0 and hi = 1 exactly at c = n (where the
-    formula gives them up to rounding). Unlike the normal interval c/n +- z sqrt(p(1-p)/n),
-    it never has width 0 and never leaves [0, 1]. Returns two Python floats for an int, two
-    float64 tensors of successes' shape for a tensor. Raises TypeError for a successes that is
-    neither an int nor an integer tensor or a non-int n or a non-real z, ValueError for n < 1,
-    a successes outside [0, n], or z <= 0 or not finite.
+    formula gives them up to rounding). Unlike the normal interval
+    phat +- z sqrt(phat (1 - phat) / n) with phat = c/n, it never has width 0 and never leaves
+    [0, 1]. Returns two Python floats for an int, two float64 tensors of successes' shape for
+    a tensor. Raises TypeError for a successes that is neither an int nor an integer tensor or
+    a non-int n or a non-real z, ValueError for n < 1, a successes outside [0, n], or z <= 0
+    or not finite.
 
     Source: E. B. Wilson, "Probable Inference, the Law of Succession, and Statistical
     Inference", Journal of the American Statistical Association, 1927; recommended for small
@@ -237,7 +238,9 @@ def paired_bootstrap_diff(a, b, n_boot=1000, alpha=0.05, generator=None):
 
     Source: the paired bootstrap of Efron and Tibshirani, "An Introduction to the Bootstrap",
     1993; for comparing two systems on one test set, Koehn, "Statistical Significance Tests
-    for Machine Translation Evaluation", 2004.
+    for Machine Translation Evaluation", 2004; for differences computed question by question
+    on language-model evals, E. Miller, "Adding Error Bars to Evals: A Statistical Approach
+    to Language Model Evaluations", arXiv:2411.00640, 2024.
 
     Defined in Section 17.3.
     """
@@ -268,7 +271,9 @@ def required_units(sd, effect, alpha=0.05, power=0.8):
     z_{1 - alpha/2} + z_power <= 0.
 
     Source: the sample-size formula of the two-sided z-test, e.g. J. Cohen, "Statistical Power
-    Analysis for the Behavioral Sciences", 2nd ed., 1988.
+    Analysis for the Behavioral Sciences", 2nd ed., 1988; a power calculation before a
+    language-model eval is run as in E. Miller, "Adding Error Bars to Evals: A Statistical
+    Approach to Language Model Evaluations", arXiv:2411.00640, 2024.
 
     Defined in Section 17.4.
     """
