@@ -18,4 +18,5 @@ from .scaling import *
 from .sft import *
 from .distill import *
 from .evaluation import *
+from .debugging import *
 from .mathtools import *

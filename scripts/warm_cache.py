@@ -3,7 +3,7 @@ on switched CPU kernels.
 
 The notebooks load trained agents from the on-disk cache (cache_dir(), Section 6.5). A cold cache
 makes Chapter 9 train 29 runs, Chapter 10 nine more, Chapter 11 eighteen, Chapter 13 eighteen, Chapter 14 six,
-Chapter 15 eighteen (plus three shortened GRPO runs) and Chapter 16 nine (plus its small student's start), in
+Chapter 15 eighteen (plus three shortened GRPO runs), Chapter 16 nine (plus its small student's start) and Chapter 18 24 short ones, in
 one process each; this script trains them first, in two processes at once. Worker 0 uses this
 machine's default CPU kernels, worker 1 the kernels that the switched-kernel regression uses
 (tests/notebook_runner.switched_kernels).
@@ -53,6 +53,9 @@ def jobs():
     runs += [('make_grpo_agent', 0, SFT_BUDGET // 64, s, 30) for s in (0, 1, 2)]
     from agentrl.distill import DISTILL_RUNS                            # Chapter 16 (its student base first)
     runs += [('make_distill_agent', 0, name, s, 40) for name in DISTILL_RUNS for s in (0, 1, 2)]
+    from agentrl.debugging import BUGS                                  # Chapter 18: healthy + 7 faults
+    runs += [('make_debug_run', 0, bug, s, 15 if bug == 'old_logp_padding' else 70) for bug in [None, *BUGS]
+             for s in (0, 1, 2)]
     return BASES, runs
 
 
@@ -84,6 +87,7 @@ def work(plan):
     from agentrl.sft import make_sft_agent
     from agentrl.grpo import make_grpo_agent
     from agentrl.distill import make_distill_agent
+    from agentrl.debugging import make_debug_run
     tok = build_tokenizer(make_tasks('all'))
     for fn, base_seed, method, seed, _ in tqdm(plan, desc=f'warm {torch.backends.cpu.get_cpu_capability()}'):
         start = time.perf_counter()
@@ -104,6 +108,8 @@ def work(plan):
             make_grpo_agent(tok, base_seed=base_seed, seed=seed, steps=method)
         elif fn == 'make_distill_agent':                 # trains the student base and the teacher if missing
             make_distill_agent(tok, method, seed=seed)
+        elif fn == 'make_debug_run':
+            make_debug_run(tok, bug=method, seed=seed, base_seed=base_seed)
         else:
             make_method_agent(tok, method, base_seed=base_seed, seed=seed)
         print(f'{fn} base {base_seed} {method or ""} seed {seed}: {time.perf_counter() - start:.1f} s',
