@@ -180,7 +180,8 @@ def make_ref(model, cfg, bug=None):
     return model if bug == 'ref_is_policy' else copy.deepcopy(model).eval()
 
 # %% ../nbs/18_debugging.ipynb #c18-backward-def
-def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None):
+def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None,
+                       ref_logp=None):
     """Loss and backward for one minibatch, no optimizer step -> stats dict (clip_frac, ..., entropy, loss).
 
     batch: dict from collate, the batch one optimizer step learns from (B rows); rows: indices of
@@ -191,9 +192,10 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     'token_mean', its non-empty rows / all non-empty rows for the seq-mean modes and for
     level='sequence'; 'seq_mean_token_sum_norm' without cfg.norm_const divides by the padded length of
     the whole batch. So backward over the parts of any split of the rows accumulates exactly the
-    gradient of the whole batch (flat_grad). The KL uses ref_model's log-probs (no_grad); with no
-    ref_model and kl_coef > 0 it uses old_logp (a reference equal to the policy at the step's start,
-    as at step 0). Faults that act here: 'microbatch_norm' scales the part's own mean by
+    gradient of the whole batch (flat_grad). The KL uses ref_logp when given (float [B, T-1], the
+    reference's log-probs scored once before the update, as rl_update and verl score them; debug_update
+    passes them), else ref_model's log-probs scored now (no_grad); with neither and kl_coef > 0 it uses
+    old_logp (a reference equal to the policy at the step's start, as at step 0). Faults that act here: 'microbatch_norm' scales the part's own mean by
     len(rows) / B (the loss / accumulation_steps of a trainer that averages per microbatch);
     'pad_in_loss' keeps all T columns and scores padding; 'temperature' scores at temperature 1;
     'adv_not_detached' moves the KL into token advantages A_i - kl_coef * (logp - ref_logp) built from
@@ -215,8 +217,10 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
     if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= B:
         raise ValueError(f"minibatch_backward: rows must be a non-empty set of indices in [0, {B})")
-    for x, name, shape in ((mask, 'mask', (B, T - 1)), (old_logp, 'old_logp', (B, T - 1)),
-                           (advantages, 'advantages', (B,))):
+    checked = [(mask, 'mask', (B, T - 1)), (old_logp, 'old_logp', (B, T - 1)), (advantages, 'advantages', (B,))]
+    if ref_logp is not None:
+        checked.append((ref_logp, 'ref_logp', (B, T - 1)))
+    for x, name, shape in checked:
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
             raise ValueError(f"minibatch_backward: {name} must be a tensor {list(shape)}")
     lengths = _lengths(batch)
@@ -226,9 +230,12 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     lens = None if bug == 'pad_in_loss' else lengths[rows]
     logp, entropy = _policy_logp(model, mb_ids, mb_mask, temperature, with_entropy=True, lengths=lens)
     mb_old, mb_adv = old_logp[rows, :L - 1], advantages[rows]
-    ref_logp = None
-    if cfg.kl_coef > 0:
-        if ref_model is None:
+    if cfg.kl_coef <= 0:
+        ref_logp = None
+    else:
+        if ref_logp is not None:
+            ref_logp = ref_logp[rows, :L - 1]
+        elif ref_model is None:
             ref_logp = mb_old
         else:
             with torch.no_grad():
@@ -277,13 +284,14 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
 
     The same cfg.epochs passes of cfg.minibatches optimizer steps as rl_update, rows ordered by
     torch.randperm(generator) (None: batch order), gradient norm clipped to cfg.max_grad_norm. Inputs
-    come from prepare_batch(model, batch, cfg, bug); each optimizer step accumulates
+    come from prepare_batch(model, batch, cfg, bug); the reference's log-probs are scored once, before
+    any weight moves, as rl_update scores them; each optimizer step accumulates
     minibatch_backward over microbatches of at most MICRO_ROWS rows of its minibatch, normalised by the
     minibatch's whole count, so with bug None the weights after the update are rl_update's (Section
-    18.2 checks it to 1e-12). Returns, over the whole update: clip_frac, approx_kl, entropy as means
-    over every policy token of every step (not means of per-minibatch means); ratio_min, ratio_max
-    over all steps; start_ratio_min, start_ratio_max of the first step (both 1 on a healthy trainer:
-    nothing has moved yet); loss, kl and grad_norm (before clipping) as means over optimizer steps,
+    18.2 checks it to 1e-12). Returns, over the whole update: clip_frac, approx_kl, entropy, kl as
+    means over every policy token of every step (not means of per-minibatch means); ratio_min,
+    ratio_max over all steps; start_ratio_min, start_ratio_max of the first step (both 1 on a healthy
+    trainer: nothing has moved yet); loss and grad_norm (before clipping) as means over optimizer steps,
     grad_norm_max; tokens and steps.
     Raises TypeError for a bad cfg; ValueError for a malformed batch, more minibatches than rows,
     kl_coef > 0 without ref_model, or an unknown bug.
@@ -301,9 +309,15 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
     if cfg.kl_coef > 0 and ref_model is None:
         raise ValueError("debug_update: cfg.kl_coef > 0 needs a ref_model (make_ref)")
     mask, old_logp, advantages = prepare_batch(model, batch, cfg, bug)
+    ref_logp = None
+    if cfg.kl_coef > 0:                              # scored once, before any weight moves (rl_update)
+        temperature = 1.0 if bug == 'temperature' else cfg.temperature
+        lengths = None if bug == 'pad_in_loss' else _lengths(batch)
+        with torch.no_grad():
+            ref_logp = _policy_logp(ref_model, batch['ids'], mask, temperature, lengths=lengths)[0]
     model.train()
-    tok_sums = {'clip_frac': 0.0, 'approx_kl': 0.0, 'entropy': 0.0}
-    step_sums = {'loss': 0.0, 'kl': 0.0, 'grad_norm': 0.0}
+    tok_sums = {'clip_frac': 0.0, 'approx_kl': 0.0, 'entropy': 0.0, 'kl': 0.0}
+    step_sums = {'loss': 0.0, 'grad_norm': 0.0}
     out = {'ratio_min': math.inf, 'ratio_max': -math.inf, 'grad_norm_max': 0.0}
     tokens, steps = 0.0, 0
     for _ in range(cfg.epochs):
@@ -312,7 +326,7 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
             sub = _subset(batch, rows)
             optimizer.zero_grad()
             parts = [minibatch_backward(model, sub, micro, mask[rows], old_logp[rows], advantages[rows], cfg,
-                                        bug=bug, ref_model=ref_model)
+                                        bug=bug, ref_logp=None if ref_logp is None else ref_logp[rows])
                      for micro in torch.arange(len(rows)).split(MICRO_ROWS)]
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
             optimizer.step()
@@ -320,7 +334,6 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
             for key in tok_sums:
                 tok_sums[key] += sum(p[key] * p['tokens'] for p in parts)
             step_sums['loss'] += sum(p['loss'] for p in parts)
-            step_sums['kl'] += sum(p['kl'] * p['tokens'] for p in parts) / max(n, 1.0)
             step_sums['grad_norm'] += grad_norm
             lo, hi = min(p['ratio_min'] for p in parts), max(p['ratio_max'] for p in parts)
             if steps == 0:
@@ -516,8 +529,10 @@ def step_checks(model, batch, owned, trainer_logp, cfg, bug=None):
       mask_is_owned        positions where the trainer's mask differs from owned (count; passes at 0);
       old_logp_is_model    max |old_logp - trainer_logp| on owned positions (passes below CHECK_TOL);
       ratio_one_at_start   max |ratio - 1| in the first optimizer step, before any weight moved;
-      reference_frozen     max |change| of the reference's weights over the update (0.0 and passed
-                           when cfg.kl_coef is 0 and there is no reference);
+      reference_frozen     max |change| of the reference's log-probs on the owned positions over the
+                           update (passes below CHECK_TOL; 0.0 and passed when cfg.kl_coef is 0 and
+                           there is no reference). Log-probs, not weights: a LoRA trainer's reference
+                           is the policy with its adapter switched off, whose weights are shared;
       policy_moved         max |change| of the policy's weights (passes above 0).
     Raises TypeError for a bad cfg; ValueError for shapes that disagree or an unknown bug.
 
@@ -536,7 +551,12 @@ def step_checks(model, batch, owned, trainer_logp, cfg, bug=None):
     policy = copy.deepcopy(model)
     ref = make_ref(policy, cfg, bug)
     before = [p.detach().clone() for p in policy.parameters()]
-    ref_before = None if ref is None else [p.detach().clone() for p in ref.parameters()]
+    lengths = _lengths(batch)
+
+    def ref_scores():
+        with torch.no_grad():
+            return _policy_logp(ref, batch['ids'], owned, cfg.temperature, lengths=lengths)[0]
+    ref_before = None if ref is None else ref_scores()
     mask, old_logp, _ = prepare_batch(policy, batch, cfg, bug)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=0.0)
     stats = debug_update(policy, optimizer, batch, cfg, bug=bug, ref_model=ref,
@@ -546,12 +566,11 @@ def step_checks(model, batch, owned, trainer_logp, cfg, bug=None):
     d_logp = float((old_logp - trainer_logp).abs()[keep].max())
     d_ratio = max(abs(stats['start_ratio_min'] - 1.0), abs(stats['start_ratio_max'] - 1.0))
     moved = max(float((p.detach() - q).abs().max()) for p, q in zip(policy.parameters(), before))
-    ref_moved = 0.0 if ref is None else max(float((p.detach() - q).abs().max())
-                                            for p, q in zip(ref.parameters(), ref_before))
+    ref_moved = 0.0 if ref is None else float((ref_scores() - ref_before).abs()[keep].max())
     return {'mask_is_owned': (n_off, n_off == 0),
             'old_logp_is_model': (d_logp, d_logp < CHECK_TOL),
             'ratio_one_at_start': (d_ratio, d_ratio < CHECK_TOL),
-            'reference_frozen': (ref_moved, ref_moved == 0.0),
+            'reference_frozen': (ref_moved, ref_moved < CHECK_TOL),
             'policy_moved': (moved, moved > 0.0)}
 
 
