@@ -195,7 +195,8 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     gradient of the whole batch (flat_grad). The KL uses ref_logp when given (float [B, T-1], the
     reference's log-probs scored once before the update, as rl_update and verl score them; debug_update
     passes them), else ref_model's log-probs scored now (no_grad); with neither and kl_coef > 0 it uses
-    old_logp (a reference equal to the policy at the step's start, as at step 0). Faults that act here: 'microbatch_norm' scales the part's own mean by
+    old_logp (a reference equal to the policy at the step's start, as at step 0). Faults that act
+    here: 'microbatch_norm' scales the part's own mean by
     len(rows) / B (the loss / accumulation_steps of a trainer that averages per microbatch);
     'pad_in_loss' keeps all T columns and scores padding; 'temperature' scores at temperature 1;
     'adv_not_detached' moves the KL into token advantages A_i - kl_coef * (logp - ref_logp) built from
@@ -217,7 +218,8 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
     if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= B:
         raise ValueError(f"minibatch_backward: rows must be a non-empty set of indices in [0, {B})")
-    checked = [(mask, 'mask', (B, T - 1)), (old_logp, 'old_logp', (B, T - 1)), (advantages, 'advantages', (B,))]
+    checked = [(mask, 'mask', (B, T - 1)), (old_logp, 'old_logp', (B, T - 1)),
+               (advantages, 'advantages', (B,))]
     if ref_logp is not None:
         checked.append((ref_logp, 'ref_logp', (B, T - 1)))
     for x, name, shape in checked:
@@ -592,7 +594,7 @@ SANITY_PAD = 8             # extra padding columns of the padding check
 
 
 def sanity_checks(model, trajs, tok, cfg, bug=None):
-    """Invariants of the instrumented trainer on one batch at step 0 -> dict check -> (measured value, passed).
+    """Invariants of the instrumented trainer on one batch at step 0 -> dict check -> (value, passed).
 
     trajs: the episodes of one update (whole groups, sampled from model); tok: the Tokenizer. The
     batch is collate(trajs, tok.pad_id); owned and an independent log pi at cfg.temperature come from
