@@ -58,8 +58,8 @@ def log_metrics(sampled, cfg, update=None):
 
     sampled: every episode the step sampled (sample_step's second value), cfg.group_size consecutive
     episodes per group. Rollout columns, over all sampled episodes: reward (mean), pass_rate (submitted
-    and hidden tests pass), length (policy tokens per episode: total policy tokens / episodes, so a
-    token mean, not a mean of per-group means), zero_var_groups (share of groups whose rewards are all
+    and hidden tests pass), length (policy tokens per episode: all policy tokens of the step / all
+    its episodes), zero_var_groups (share of groups whose rewards are all
     equal: they carry no GRPO gradient) and episodes. update: None, or debug_update's dict; its keys
     entropy, kl, approx_kl, clip_frac, grad_norm, ratio_min, ratio_max, loss, tokens are copied when
     present (debug_update computes the per-token ones over every token of the step). Returns a dict of
@@ -100,7 +100,8 @@ BUGS = {   # name -> the fault, as it appears in a trainer's code (Section 18.3)
     'mask_shift': 'the action mask aligned to ids[:-1] instead of ids[1:] (shifted one position right)',
     'pad_in_loss': 'padding positions counted as policy tokens in the loss',
     'microbatch_norm': 'each accumulated microbatch divided by its own token count',
-    'adv_not_detached': 'a KL penalty folded into the advantages from live log-probs, not detached',
+    'adv_not_detached': ('a k1 KL penalty (log pi - log ref, whatever cfg.kl_kind) folded into the '
+                         'advantages from live log-probs, not detached'),
     'temperature': "the trainer's log-probs at temperature 1 while the sampler used cfg.temperature",
 }
 MICRO_ROWS = 8     # rows per accumulated microbatch inside one optimizer step of debug_update
@@ -200,9 +201,13 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     len(rows) / B (the loss / accumulation_steps of a trainer that averages per microbatch);
     'pad_in_loss' keeps all T columns and scores padding; 'temperature' scores at temperature 1;
     'adv_not_detached' moves the KL into token advantages A_i - kl_coef * (logp - ref_logp) built from
-    the live, undetached logp (the kl statistic still reports the KL penalty's value).
-    Returns floats: loss (this part's scaled loss), tokens, rows, clip_frac, approx_kl (k3 of pi_old
-    vs pi_theta), entropy (nats) as means over the part's tokens, ratio_min, ratio_max, kl.
+    the live, undetached logp, always this k1 form whatever cfg.kl_kind (the kl statistic still
+    reports the KL penalty's value).
+    Returns floats: loss (this part's scaled loss), tokens, rows, clip_frac, approx_kl (mean of
+    (r - 1) - log r with r = pi_theta / pi_old: k3 of KL(pi_old || pi_theta)), entropy (nats) as
+    means over the part's tokens, ratio_min, ratio_max, and kl, the aggregated kl_penalty (for k3,
+    e^d - d - 1 with d = log pi_ref - log pi_theta: k3 of KL(pi_theta || pi_ref), the other
+    direction; 0.0 without a reference).
     Raises TypeError for a bad cfg; ValueError for empty rows, shapes that disagree, an unknown bug.
 
     Source: gradient accumulation with a global token count (the fix of Hugging Face transformers
@@ -291,7 +296,9 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
     minibatch_backward over microbatches of at most MICRO_ROWS rows of its minibatch, normalised by the
     minibatch's whole count, so with bug None the weights after the update are rl_update's (Section
     18.2 checks it to 1e-12). Returns, over the whole update: clip_frac, approx_kl, entropy, kl as
-    means over every policy token of every step (not means of per-minibatch means); ratio_min,
+    means over every policy token of every step (not means of per-minibatch means; kl is one under
+    'token_mean' only: under the seq-mean modes and level='sequence' each microbatch reports its own
+    sequence mean of the KL, and these are weighted by the microbatch's policy tokens); ratio_min,
     ratio_max over all steps; start_ratio_min, start_ratio_max of the first step (both 1 on a healthy
     trainer: nothing has moved yet); loss and grad_norm (before clipping) as means over optimizer steps,
     grad_norm_max; tokens and steps.

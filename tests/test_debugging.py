@@ -58,6 +58,14 @@ def test_log_metrics_by_hand(trajs):
     assert row['reward'] == pytest.approx(sum(t.reward for t in trajs) / n, abs=1e-15)
     assert row['length'] == pytest.approx(sum(float(t.action_mask.sum()) for t in trajs) / n, abs=1e-12)
     assert row['zero_var_groups'] == 0.0 and row['episodes'] == n
+    passed = 0
+    for t in trajs:                          # submitted and passing every hidden test, whatever the reward
+        if t.info['submitted'] and t.info['hidden_pass']:
+            passed += 1
+    assert row['pass_rate'] == pytest.approx(passed / n, abs=1e-15)
+    forged = [dataclasses.replace(t, info={**t.info, 'submitted': True, 'hidden_pass': i < 3})
+              for i, t in enumerate(trajs)]
+    assert d.log_metrics(forged, cfg)['pass_rate'] == pytest.approx(3 / n, abs=1e-15)
     assert row['entropy'] == 0.5 and row['clip_frac'] == 0.1 and 'other' not in row
     same = [dataclasses.replace(t, reward=1.0) for t in trajs[:4]] + list(trajs[4:])
     assert d.log_metrics(same, cfg)['zero_var_groups'] == pytest.approx(1 / 3)
@@ -100,6 +108,24 @@ def test_prepare_batch_healthy_and_faults_by_hand(model, trajs, tok):
     assert d.make_ref(model, cfg_of(kl_coef=0.0)) is None
     with pytest.raises(ValueError, match='bug'):
         d.prepare_batch(model, batch, cfg, 'typo')
+
+
+def test_old_logp_padding_scores_left_padded_rows_by_hand(model, trajs, tok):
+    "The fault's old log-probs are those of each episode with its padding moved to the front, scored unmasked."
+    cfg = cfg_of()
+    batch = collate(trajs, tok.pad_id)
+    B, T = batch['ids'].shape
+    old = d.prepare_batch(model, batch, cfg, 'old_logp_padding')[1]
+    assert any(len(t) < T for t in trajs)                             # some rows really are padded
+    with torch.no_grad():
+        for i, t in enumerate(trajs):
+            n = len(t)
+            row = torch.cat([torch.full((T - n,), tok.pad_id, dtype=t.ids.dtype), t.ids])   # pads first
+            logits = model(row[None])[0, :-1]                         # no attention mask, no position ids
+            lp = sampling_log_probs(logits, 0.8).gather(-1, row[1:, None])[:, 0]            # [T-1]
+            want = lp[T - n:] * t.action_mask                         # the entries that predict ids[1:n]
+            assert (old[i, :n - 1] - want).abs().max() < 1e-12, i
+            assert (old[i, n - 1:] == 0).all()
 
 
 # ---------------------------------------------------------------- gradient accumulation
@@ -249,6 +275,67 @@ def test_debug_update_stats_are_per_token(model, trajs, tok):
         d.debug_update(m, torch.optim.AdamW(m.parameters()), batch, cfg_of(kl_coef=0.0, minibatches=13))
 
 
+def test_debug_update_kl_is_the_token_mean_of_k3_across_microbatches(model, trajs, tok):
+    """One optimizer step over the 12 rows (microbatches of 8 and 4) against a perturbed reference: the logged kl
+    is the mean of k3 = exp(d) - d - 1, d = log pi_ref - log pi, over every policy token, by a hand loop."""
+    assert d.MICRO_ROWS == 8 and len(trajs) == 12
+    cfg = cfg_of(minibatches=1)
+    batch = collate(trajs, tok.pad_id)
+    m, ref = copy.deepcopy(model), copy.deepcopy(model).eval()
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen))
+        per_row = []
+        for t in trajs:
+            keep = t.action_mask.bool()
+            dlt = hand_logp(ref, t, 0.8)[keep] - hand_logp(model, t, 0.8)[keep]
+            per_row.append(torch.exp(dlt) - dlt - 1)
+    s = d.debug_update(m, torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.0), batch, cfg,
+                       ref_model=ref)
+    token_mean = float(torch.cat(per_row).mean())
+    assert s['kl'] == pytest.approx(token_mean, abs=1e-12)
+    by_micro = [float(torch.cat(per_row[i:i + 8]).mean()) for i in (0, 8)]
+    assert abs(sum(by_micro) / 2 - token_mean) > 1e-6                # a mean of microbatch means differs
+
+
+def test_ref_is_policy_kl_is_zero_then_measures_the_step(model, trajs, tok):
+    """With the policy as its reference the reference log-probs are the step's old ones: one optimizer step logs
+    a KL of 0; with two, the second minibatch's KL is k3 against the scores before the update, written out by
+    hand (the first step replayed by hand: policy gradient at ratio 1, norm clip, AdamW)."""
+    batch = collate(trajs, tok.pad_id)
+    cfg1 = cfg_of(minibatches=1)
+    m = copy.deepcopy(model)
+    s = d.debug_update(m, torch.optim.AdamW(m.parameters(), lr=cfg1.lr, weight_decay=0.0), batch, cfg1,
+                       ref_model=d.make_ref(m, cfg1, 'ref_is_policy'), bug='ref_is_policy')
+    assert abs(s['kl']) < 1e-12
+    cfg = cfg_of(minibatches=2)
+    m = copy.deepcopy(model)
+    s = d.debug_update(m, torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.0), batch, cfg,
+                       ref_model=d.make_ref(m, cfg, 'ref_is_policy'), bug='ref_is_policy')
+    first, second = range(0, 6), range(6, 12)                        # no generator: rows in batch order
+    adv = compute_advantages(batch, cfg)
+    h = copy.deepcopy(model).train()
+    with torch.no_grad():
+        before = [hand_logp(h, t, 0.8) for t in trajs]
+    n1 = sum(float(trajs[i].action_mask.sum()) for i in first)
+    loss = sum(-float(adv[i]) * (hand_logp(h, trajs[i], 0.8) * trajs[i].action_mask).sum() for i in first) / n1
+    opt = torch.optim.AdamW(h.parameters(), lr=cfg.lr, weight_decay=0.0)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(h.parameters(), cfg.max_grad_norm)
+    opt.step()
+    k3_sum, n = 0.0, 0.0
+    with torch.no_grad():
+        for i in second:
+            keep = trajs[i].action_mask.bool()
+            dlt = before[i][keep] - hand_logp(h, trajs[i], 0.8)[keep]
+            k3_sum += float((torch.exp(dlt) - dlt - 1).sum())
+    N = sum(float(t.action_mask.sum()) for t in trajs)
+    assert k3_sum > 1e-6
+    assert s['kl'] == pytest.approx(k3_sum / N, abs=1e-10)            # the first step's part is 0
+
+
 # ---------------------------------------------------------------- padding
 def test_pad_batch_fills_and_leaves_the_gradient(model, trajs, tok):
     batch = collate(trajs, tok.pad_id)
@@ -299,8 +386,9 @@ FAILS = {   # every check each fault fails on the fixture's batch (k3, token_mea
     'ref_is_policy': {'reference_frozen'},
     'old_logp_padding': {'old_logp_is_model', 'sampler_agrees', 'ratio_one_at_start', 'gradient_is_pg',
                          'padding_invariant'},
-    # on the notebook's batch mask_shift also fails ratio_one_at_start and accumulation_matches: whether the
-    # shifted mask's position past a row's end is scored depends on which rows share a chunk of _policy_logp
+    # on the notebook's batch mask_shift also fails ratio_one_at_start and accumulation_matches, failures of the
+    # scorer's chunking, not of the fault: whether the shifted mask's position past a row's end is scored depends
+    # on which rows share a chunk of _policy_logp (the notebook hatches both and does not count them)
     'mask_shift': {'mask_is_owned', 'old_logp_is_model', 'sampler_agrees', 'gradient_is_pg',
                    'padding_invariant'},
     'pad_in_loss': {'mask_is_owned', 'gradient_is_pg', 'padding_invariant'},
