@@ -217,7 +217,11 @@ def bootstrap_ci(values, n_boot=1000, alpha=0.05, generator=None):
     """
     caller = 'bootstrap_ci'
     values = _values_arg(values, 'values', caller)
-    generator = _boot_args(n_boot, alpha, generator, caller)
+    return _percentile_bootstrap(values, n_boot, alpha, _boot_args(n_boot, alpha, generator, caller))
+
+
+def _percentile_bootstrap(values, n_boot, alpha, generator):
+    "The percentile interval of the mean of checked float64 values [N] -> (lo, hi)."
     idx = torch.randint(values.shape[0], (n_boot, values.shape[0]), generator=generator)   # [B, N]
     means = values[idx].mean(1)                                                             # [B]
     q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)
@@ -249,10 +253,9 @@ def paired_bootstrap_diff(a, b, n_boot=1000, alpha=0.05, generator=None):
     if a.shape != b.shape:
         raise ValueError(f"{caller}: a and b must be paired units of one shape [N], got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
-    _boot_args(n_boot, alpha, generator, caller)
+    generator = _boot_args(n_boot, alpha, generator, caller)
     d = a - b
-    lo, hi = bootstrap_ci(d, n_boot=n_boot, alpha=alpha, generator=generator)
-    return d.mean().item(), lo, hi
+    return (d.mean().item(), *_percentile_bootstrap(d, n_boot, alpha, generator))
 
 # %% ../nbs/17_evaluation.ipynb #c17-required-def
 def required_units(sd, effect, alpha=0.05, power=0.8):
