@@ -680,7 +680,9 @@ def _code_only(module):
 
 
 def _rl_code():
-    "Hash of the code (not the prose) of every library module an RL run goes through."
+    """Hash of every library module an RL run goes through: advantages, ppo and grpo by their code only
+    (_code_only: a docstring or comment edit keeps the key), the four modules a base agent trains
+    through by their whole source (_training_code: any edit there, prose included, retrains every run)."""
     modules = [importlib.import_module(f'agentrl.{name}') for name in ('advantages', 'ppo', 'grpo')]
     return _fingerprint([_training_code()] + [_code_only(m) for m in modules])
 

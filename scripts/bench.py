@@ -2,7 +2,9 @@
 
 Also runs each `scripts/bench_*.py` probe (each prints one JSON object on its last stdout line)
 and stores what it reports under "probes". Writes JSON to --out and prints a table.
-Budgets (2-core CPU): each chapter <= 180 s, the whole book <= 1200 s.
+Budgets (2-core CPU): each chapter <= 180 s, the whole book <= 1200 s. Every notebook entry and
+probe records the machine it was measured on (CPU model, torch's CPU kernels, date): machines of
+the same size differ in speed by up to about 2x, so compare figures from one machine only.
 """
 import argparse
 import json
@@ -30,12 +32,22 @@ def time_notebook(path):
         return time.perf_counter() - start
 
 
+def machine_tag():
+    "Which machine a measurement comes from: CPU model, torch's CPU kernels, date (UTC)."
+    import torch
+    model = next((line.split(':', 1)[1].strip() for line in pathlib.Path('/proc/cpuinfo').read_text().splitlines()
+                  if line.startswith('model name')), platform.processor() or 'unknown') \
+        if pathlib.Path('/proc/cpuinfo').exists() else (platform.processor() or 'unknown')
+    return {'cpu': model, 'kernels': torch.backends.cpu.get_cpu_capability(),
+            'date': time.strftime('%Y-%m-%d', time.gmtime())}
+
+
 def run_probe(path):
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT,
                          env=dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1'))
     if run.returncode != 0:
         return {'error': run.stderr[-500:]}
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return {**json.loads(run.stdout.strip().splitlines()[-1]), 'measured_on': machine_tag()}
 
 
 def main():
@@ -57,7 +69,8 @@ def main():
         runs = [time_notebook(nb) for _ in range(args.repeats)]
         results[nb.stem] = {'median_s': round(statistics.median(runs), 2),
                             'runs_s': [round(r, 2) for r in runs],
-                            'within_budget': statistics.median(runs) <= CHAPTER_BUDGET}
+                            'within_budget': statistics.median(runs) <= CHAPTER_BUDGET,
+                            'measured_on': machine_tag()}
         print(f'{nb.stem:28s} median {results[nb.stem]["median_s"]:7.2f} s  runs {results[nb.stem]["runs_s"]}',
               flush=True)
     out = ROOT / args.out
