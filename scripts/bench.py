@@ -35,19 +35,19 @@ def time_notebook(path):
 def machine_tag():
     "Which machine a measurement comes from: CPU model, torch's CPU kernels, date (UTC)."
     import torch
-    model = next((line.split(':', 1)[1].strip() for line in pathlib.Path('/proc/cpuinfo').read_text().splitlines()
-                  if line.startswith('model name')), platform.processor() or 'unknown') \
-        if pathlib.Path('/proc/cpuinfo').exists() else (platform.processor() or 'unknown')
-    return {'cpu': model, 'kernels': torch.backends.cpu.get_cpu_capability(),
+    cpuinfo = pathlib.Path('/proc/cpuinfo')
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((l.split(':', 1)[1].strip() for l in lines if l.startswith('model name')), platform.processor())
+    return {'cpu': model or 'unknown', 'kernels': torch.backends.cpu.get_cpu_capability(),
             'date': time.strftime('%Y-%m-%d', time.gmtime())}
 
 
-def run_probe(path):
+def run_probe(path, tag):
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT,
                          env=dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1'))
     if run.returncode != 0:
         return {'error': run.stderr[-500:]}
-    return {**json.loads(run.stdout.strip().splitlines()[-1]), 'measured_on': machine_tag()}
+    return {**json.loads(run.stdout.strip().splitlines()[-1]), 'measured_on': tag}
 
 
 def main():
@@ -64,13 +64,13 @@ def main():
         notebooks = [p for p in notebooks if p.stem in args.only]
     if args.probes is not None:
         notebooks = []
-    results = {}
+    results, tag = {}, machine_tag()
     for nb in notebooks:
         runs = [time_notebook(nb) for _ in range(args.repeats)]
         results[nb.stem] = {'median_s': round(statistics.median(runs), 2),
                             'runs_s': [round(r, 2) for r in runs],
                             'within_budget': statistics.median(runs) <= CHAPTER_BUDGET,
-                            'measured_on': machine_tag()}
+                            'measured_on': tag}
         print(f'{nb.stem:28s} median {results[nb.stem]["median_s"]:7.2f} s  runs {results[nb.stem]["runs_s"]}',
               flush=True)
     out = ROOT / args.out
@@ -82,11 +82,11 @@ def main():
     probe_paths = {p.stem.removeprefix('bench_'): p for p in sorted((ROOT / 'scripts').glob('bench_*.py'))}
     if args.probes is not None:
         probes = {**old.get('probes', {}),
-                  **{name: run_probe(path) for name, path in probe_paths.items() if name in args.probes}}
+                  **{name: run_probe(path, tag) for name, path in probe_paths.items() if name in args.probes}}
     elif args.only and 'probes' in old:
         probes = old['probes']
     else:
-        probes = {name: run_probe(path) for name, path in probe_paths.items()}
+        probes = {name: run_probe(path, tag) for name, path in probe_paths.items()}
     for name, value in probes.items():
         print(f'probe {name}: {value}')
     report = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
