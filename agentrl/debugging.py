@@ -6,10 +6,8 @@ __all__ = ['DEBUG_CFG', 'BUGS', 'MICRO_ROWS', 'DEBUG_STEPS', 'DEBUG_EVAL_EVERY',
            'make_debug_run', 'pad_batch', 'flat_grad', 'step_checks', 'sanity_checks']
 
 # %% ../nbs/18_debugging.ipynb #c18-export-imports
-import ast
 import copy
 import dataclasses
-import inspect
 import math
 
 import torch
@@ -21,7 +19,7 @@ from .trajectories import Trajectory, collate, pad_rows, OWNER_POLICY
 from .policy_gradient import aggregate_loss, _cached_weights, _fingerprint
 from .grpo import (RLConfig, compute_advantages, policy_loss, kl_penalty, sample_step, behavior_stats,
                           make_env, evaluate, make_rl_base, _policy_logp, _optimizer, _check_loop_args,
-                          _check_int, _rl_code)
+                          _check_int, _code_only, _rl_code, _row_lengths)
 
 
 def _check_bug(bug, caller):
@@ -42,12 +40,6 @@ def _check_batch(batch, caller):
     if tuple(batch['action_mask'].shape) != (B, T - 1):
         raise ValueError(f"{caller}: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
                          f"got {list(batch['action_mask'].shape)}")
-
-
-def _lengths(batch):
-    "Real tokens per row [B] of a right-padded batch."
-    B, T = batch['ids'].shape
-    return batch['attention_mask'].sum(-1) if 'attention_mask' in batch else torch.full((B,), T)
 
 # %% ../nbs/18_debugging.ipynb #c18-metrics-def
 DEBUG_CFG = dict(kl_coef=0.04, temperature=0.8)   # RLConfig fields of the chapter's runs (GRPO's KL, tau 0.8)
@@ -144,7 +136,7 @@ def prepare_batch(model, batch, cfg, bug=None):
     _check_bug(bug, 'prepare_batch')
     ids, mask = batch['ids'], batch['action_mask']
     B, T = ids.shape
-    lengths = _lengths(batch)
+    lengths = _row_lengths(batch)
     if bug == 'mask_shift':
         mask = torch.cat([torch.zeros(B, 1, dtype=mask.dtype), mask[:, :-1]], 1)
     elif bug == 'pad_in_loss':
@@ -230,7 +222,7 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     for x, name, shape in checked:
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
             raise ValueError(f"minibatch_backward: {name} must be a tensor {list(shape)}")
-    lengths = _lengths(batch)
+    lengths = _row_lengths(batch)
     L = T if bug == 'pad_in_loss' else int(lengths[rows].max())
     mb_ids, mb_mask = ids[rows, :L], mask[rows, :L - 1]
     temperature = 1.0 if bug == 'temperature' else cfg.temperature
@@ -321,7 +313,7 @@ def debug_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generat
     ref_logp = None
     if cfg.kl_coef > 0:                              # scored once, before any weight moves (rl_update)
         temperature = 1.0 if bug == 'temperature' else cfg.temperature
-        lengths = None if bug == 'pad_in_loss' else _lengths(batch)
+        lengths = None if bug == 'pad_in_loss' else _row_lengths(batch)
         with torch.no_grad():
             ref_logp = _policy_logp(ref_model, batch['ids'], mask, temperature, lengths=lengths)[0]
     model.train()
@@ -409,15 +401,9 @@ DEBUG_EVAL_EVERY = 10                             # steps between two held-out m
 
 def _debug_code():
     "The code (no docstrings or comments) of every definition a train_logged run goes through, with BUGS."
-    fns = (_check_bug, _check_cfg, _check_batch, _lengths, log_metrics, _left_padded_logp, prepare_batch,
+    fns = (_check_bug, _check_cfg, _check_batch, _row_lengths, log_metrics, _left_padded_logp, prepare_batch,
            make_ref, minibatch_backward, _subset, debug_update, train_logged)
-    code = []
-    for fn in fns:
-        tree = ast.parse(inspect.getsource(fn))
-        body = tree.body[0].body
-        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            tree.body[0].body = body[1:] or [ast.Pass()]
-        code.append(ast.unparse(tree))
+    code = [_code_only(fn) for fn in fns]
     return _fingerprint(code + [sorted(BUGS), MICRO_ROWS])
 
 
@@ -560,7 +546,7 @@ def step_checks(model, batch, owned, trainer_logp, cfg, bug=None):
     policy = copy.deepcopy(model)
     ref = make_ref(policy, cfg, bug)
     before = [p.detach().clone() for p in policy.parameters()]
-    lengths = _lengths(batch)
+    lengths = _row_lengths(batch)
 
     def ref_scores():
         with torch.no_grad():

@@ -19,7 +19,7 @@ from .trajectories import Tokenizer, collate
 from .policy_gradient import _behaviour_clone, _cached_weights, _fingerprint, _training_code
 from .grpo import RLConfig, RL_BASE_KINDS, evaluate, make_grpo_agent
 from .grpo import _check_int, _code_only, _rl_code
-from .sft import sft_train, _length_batches, _policy_round
+from .sft import sft_train, _check_rounds, _length_batches, _policy_round
 
 # %% ../nbs/16_distillation.ipynb #c16-loss-def
 DISTILL_KINDS = ('reverse_kl', 'forward_kl')   # KL(student || teacher), KL(teacher || student)
@@ -270,7 +270,7 @@ def _distill_code():
     sft = importlib.import_module('agentrl.sft')
     fns = [make_distill_agent, _distill_key, _distill_code, make_student_base, _student_key,
            _train_distill, _count_forwards, _score_round, _kl_steps, distill_loss, _check_logits3, sft_train,
-           _length_batches, _policy_round, sft.sft_loss, sft._check_batch, sft._lengths, sft._check_trajs]
+           _length_batches, _policy_round, sft.sft_loss, sft._check_batch, sft._check_rounds, sft._check_trajs]
     return _fingerprint([_code_only(f) for f in fns])
 
 
@@ -336,11 +336,7 @@ def make_distill_agent(tok, method, seed=0, teacher_seed=None, rounds=DISTILL_RO
     _check_int(seed, 'make_distill_agent: seed', 0)
     teacher_seed = seed if teacher_seed is None else teacher_seed
     _check_int(teacher_seed, 'make_distill_agent: teacher_seed', 0)
-    _check_int(rounds, 'make_distill_agent: rounds', 1)
-    _check_int(round_episodes, 'make_distill_agent: round_episodes', 8)
-    if round_episodes % 8:
-        raise ValueError(f"make_distill_agent: round_episodes must be a multiple of the group size 8, "
-                         f"got {round_episodes}")
+    _check_rounds(rounds, round_episodes, 'make_distill_agent')
     fields = DISTILL_RUNS[method]
     teacher, _ = make_grpo_agent(tok, 0, teacher_seed)
     student = make_student_base(tok, 0)

@@ -8,10 +8,8 @@ __all__ = ['ADVANTAGE_KINDS', 'KL_KINDS', 'REWARD_KINDS', 'LEVELS', 'RL_BASE_KIN
            'train_actor_critic', 'make_method_agent']
 
 # %% ../nbs/09_grpo.ipynb #c09-export-imports
-import ast
 import copy
 import importlib
-import inspect
 import math
 import numbers
 import random
@@ -27,7 +25,7 @@ from .policies import TinyAgent, selected_log_probs, entropy_from_logits, snap_w
 from .gym import BugFixEnv, GYM_NAMES, Task, hidden_reward, public_reward, make_tasks
 from .trajectories import rollout_batch, collate
 from .policy_gradient import aggregate_loss, make_base_agent, masked_mean, LOSS_AGG_MODES
-from .policy_gradient import _cached_weights, _fingerprint, _training_code
+from .policy_gradient import _cached_weights, _code_only, _fingerprint, _training_code
 from .advantages import group_advantages, rloo_advantages, outcome_rewards, gae_advantages
 from .advantages import make_critic, critic_values, explained_variance
 from .ppo import ppo_policy_loss, value_loss
@@ -458,6 +456,48 @@ def _policy_logp(model, ids, mask, temperature, with_entropy=False, lengths=None
     return logp, entropy
 
 
+def _row_lengths(batch):
+    "Real tokens per row [B] of collate's right-padded batch: attention_mask summed, or T for every row without one."
+    B, T = batch['ids'].shape
+    return batch['attention_mask'].sum(-1) if 'attention_mask' in batch else torch.full((B,), T)
+
+
+def _check_update_args(batch, advantages, cfg, ref_model, caller):
+    """The argument checks of rl_update (and of the updates built on it) -> (ids [B, T], action_mask
+    [B, T-1], lengths [B]: real tokens per row, T for every row when the batch has no attention_mask)."""
+    if not isinstance(batch, dict) or not all(k in batch for k in ('ids', 'action_mask')):
+        raise ValueError(f"{caller}: batch must be a dict from collate with 'ids' and 'action_mask'")
+    ids, mask = batch['ids'], batch['action_mask']
+    B, T = ids.shape
+    if tuple(mask.shape) != (B, T - 1):
+        raise ValueError(f"{caller}: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
+                         f"got {list(mask.shape)}")
+    shapes = [(B,)] if cfg.level == 'sequence' else [(B,), (B, T - 1)]
+    if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in shapes:
+        got = list(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
+        want = f'[B] = [{B}]' if cfg.level == 'sequence' else f'[B] = [{B}] or [B, T-1] = [{B}, {T - 1}]'
+        raise ValueError(f"{caller}: advantages must be a tensor {want} at level {cfg.level!r}, got {got}")
+    if cfg.minibatches > B:
+        raise ValueError(f"{caller}: cfg.minibatches={cfg.minibatches} exceeds the batch's {B} rows")
+    if cfg.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"{caller}: cfg.kl_coef > 0 needs a ref_model")
+    return ids, mask, _row_lengths(batch)
+
+
+def _frozen_logps(model, ref_model, ids, mask, lengths, cfg):
+    """Log-probs that stay fixed during an update, under torch.no_grad -> (old_logp, ref_logp), each [B, T-1] or None.
+
+    old_logp: pi_old, needed only when the batch is used for more than one step (epochs * minibatches > 1;
+    with one step pi_old is pi_theta itself, detached). ref_logp: pi_ref, needed only when kl_coef > 0."""
+    old_logp = ref_logp = None
+    with torch.no_grad():
+        if cfg.epochs * cfg.minibatches > 1:
+            old_logp = _policy_logp(model, ids, mask, cfg.temperature, lengths=lengths)[0]
+        if cfg.kl_coef > 0:
+            ref_logp = _policy_logp(ref_model, ids, mask, cfg.temperature, lengths=lengths)[0]
+    return old_logp, ref_logp
+
+
 def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generator=None):
     """cfg.epochs passes of cfg.minibatches clipped steps on one batch -> dict of mean stats.
 
@@ -482,29 +522,9 @@ def rl_update(model, optimizer, batch, advantages, cfg, ref_model=None, generato
     """
     if not isinstance(cfg, RLConfig):
         raise TypeError(f"rl_update: cfg must be an RLConfig, got {type(cfg).__name__}")
-    if not isinstance(batch, dict) or not all(k in batch for k in ('ids', 'action_mask')):
-        raise ValueError("rl_update: batch must be a dict from collate with 'ids' and 'action_mask'")
-    ids, mask = batch['ids'], batch['action_mask']
-    B, T = ids.shape
-    if tuple(mask.shape) != (B, T - 1):
-        raise ValueError(f"rl_update: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
-                         f"got {list(mask.shape)}")
-    shapes = [(B,)] if cfg.level == 'sequence' else [(B,), (B, T - 1)]
-    if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in shapes:
-        got = list(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
-        want = f'[B] = [{B}]' if cfg.level == 'sequence' else f'[B] = [{B}] or [B, T-1] = [{B}, {T - 1}]'
-        raise ValueError(f"rl_update: advantages must be a tensor {want} at level {cfg.level!r}, got {got}")
-    if cfg.minibatches > B:
-        raise ValueError(f"rl_update: cfg.minibatches={cfg.minibatches} exceeds the batch's {B} rows")
-    if cfg.kl_coef > 0 and ref_model is None:
-        raise ValueError("rl_update: cfg.kl_coef > 0 needs a ref_model")
-    lengths = batch['attention_mask'].sum(-1) if 'attention_mask' in batch else torch.full((B,), T)
-    old_logp = ref_logp = None
-    with torch.no_grad():
-        if cfg.epochs * cfg.minibatches > 1:
-            old_logp = _policy_logp(model, ids, mask, cfg.temperature, lengths=lengths)[0]      # [B, T-1]
-        if cfg.kl_coef > 0:
-            ref_logp = _policy_logp(ref_model, ids, mask, cfg.temperature, lengths=lengths)[0]  # [B, T-1]
+    ids, mask, lengths = _check_update_args(batch, advantages, cfg, ref_model, 'rl_update')
+    B = len(ids)
+    old_logp, ref_logp = _frozen_logps(model, ref_model, ids, mask, lengths, cfg)      # [B, T-1] or None each
     kl_mode = cfg.loss_agg_mode if cfg.level == 'token' else 'seq_mean_token_mean'
     model.train()
     totals, n_steps = {}, 0
@@ -668,21 +688,10 @@ GRPO_STEPS = 200            # train_rl steps of the book's GRPO run (Section 9.6
 GRPO_EVAL_EVERY = 25        # steps between two validation measurements inside that run
 
 
-def _code_only(module):
-    "A module's source without docstrings or comments (ast.unparse): what the cache key should follow."
-    tree = ast.parse(inspect.getsource(module))
-    for node in ast.walk(tree):
-        body = getattr(node, 'body', None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.unparse(tree)
-
-
 def _rl_code():
-    """Hash of every library module an RL run goes through: advantages, ppo and grpo by their code only
-    (_code_only: a docstring or comment edit keeps the key), the four modules a base agent trains
-    through by their whole source (_training_code: any edit there, prose included, retrains every run)."""
+    """Hash of the code of every library module an RL run goes through: advantages, ppo and grpo, and
+    (_training_code) the four modules a base agent trains through; by their code only (_code_only, Section
+    6.5), so an edit of a docstring or a comment keeps the key."""
     modules = [importlib.import_module(f'agentrl.{name}') for name in ('advantages', 'ppo', 'grpo')]
     return _fingerprint([_training_code()] + [_code_only(m) for m in modules])
 

@@ -10,6 +10,7 @@ __all__ = ['FAMILIES', 'HONEST_OPS', 'OP_NAMES', 'TOOL_NAMES', 'SPLITS', 'VARIAN
 # %% ../nbs/04_bugfix_gym.ipynb #c04-imports
 import ast
 import builtins
+import gc
 import io
 import keyword
 import math
@@ -411,7 +412,8 @@ def _load(source, timed=False):
     """Compile and execute a source once; later calls reuse the namespace.
 
     With timed=True (SIGPROF handler installed by the caller) the module-level exec
-    gets TIME_LIMIT seconds of process CPU time, like each test call."""
+    gets TIME_LIMIT seconds of process CPU time, like each test call (run_tests arms the timer's
+    repeat and pauses garbage collection)."""
     ns = _LOADED.get(source)
     if ns is None:
         if len(_LOADED) >= _LOADED_MAX:
@@ -420,7 +422,7 @@ def _load(source, timed=False):
             ns = {'__builtins__': _SAFE_BUILTINS}
             code = compile(source, '<gym>', 'exec')
             if timed:
-                signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)
+                signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT, TIME_LIMIT)
             try:
                 exec(code, ns)
             finally:
@@ -456,6 +458,10 @@ def run_tests(source, tests, fn_name):
     call that runs out raises TimeoutError, which counts as a failed test (a load that
     runs out fails every test of that source). The signal interrupts Python bytecode
     only: a single long call into C code finishes before the TimeoutError is raised.
+    Garbage collection is paused while run_tests runs (and restored after): a collection
+    would count against a test's allowance, and a TimeoutError raised inside one of its
+    callbacks is swallowed; the timer also repeats every TIME_LIMIT seconds, so a
+    TimeoutError that something swallows is raised again.
     The limit is enforced ONLY in the main thread (signals are delivered there): called
     from another thread, or where setitimer is missing, run_tests runs untimed and
     issues a RuntimeWarning, so a hanging source would hang that thread.
@@ -481,6 +487,8 @@ def run_tests(source, tests, fn_name):
         timed = False
     if timed:
         previous = signal.signal(signal.SIGPROF, _on_timer)
+        collecting = gc.isenabled()
+        gc.disable()
     results = []
     try:
         ns = _load(source, timed)
@@ -492,7 +500,7 @@ def run_tests(source, tests, fn_name):
             args = tuple(list(a) if isinstance(a, list) else a for a in args)
             try:
                 if timed:
-                    signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)
+                    signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT, TIME_LIMIT)
                 try:
                     got = fn(*args)
                 finally:
@@ -504,6 +512,8 @@ def run_tests(source, tests, fn_name):
     finally:
         if timed:
             signal.signal(signal.SIGPROF, previous)
+            if collecting:
+                gc.enable()
     return results
 
 # %% ../nbs/04_bugfix_gym.ipynb #c04-sample-def

@@ -14,7 +14,7 @@ import torch
 from .gym import Task, GYM_MESSAGES, compact_source, hidden_reward
 from .trajectories import (Trajectory, OWNER_PROMPT, OWNER_POLICY, OWNER_ENV, MAX_CALL_TOKENS,
                                   rollout_batch, make_trajectory)
-from .trajectories import _check_sampler, _check_max_turns, _start, _end_early
+from .trajectories import _check_batch_args, _start, _end_early
 from .policies import sample_next
 from .grpo import RLConfig, EditBudgetEnv, make_env, behavior_stats, randomize_names
 from .grpo import _check_tasks, _check_int, _name_rng
@@ -371,13 +371,7 @@ def context_rollout_batch(model, envs, tasks, tok, keep_obs=None, max_turns=6, t
         trajs = rollout_batch(model, envs, tasks, tok, max_turns, temperature, generator)
         return trajs, [(b, call_sample(t, v, c.tolist(), lp.tolist())) for b, t in enumerate(trajs)
                        for v, c, lp in _episode_calls(t, None)]
-    _check_sampler(model, tok, temperature, generator)
-    _check_max_turns(max_turns)
-    if not isinstance(envs, (list, tuple)) or not isinstance(tasks, (list, tuple)) \
-            or len(envs) != len(tasks) or not tasks:
-        raise ValueError("envs and tasks must be non-empty lists of equal length (one env per episode)")
-    if len({id(env) for env in envs}) != len(envs):
-        raise ValueError("envs must be distinct objects: an environment holds one episode's state")
+    _check_batch_args(model, envs, tasks, tok, max_turns, temperature, generator)
     return _context_lockstep(model, envs, tasks, tok, int(keep_obs), max_turns, temperature, generator)
 
 

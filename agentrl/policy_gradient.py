@@ -5,6 +5,7 @@ __all__ = ['LOSS_AGG_MODES', 'CACHE_ENV', 'masked_mean', 'aggregate_loss', 'rein
            'make_base_agent', 'policy_gradient_step']
 
 # %% ../nbs/06_policy_gradients.ipynb #c06-export-imports
+import ast
 import hashlib
 import importlib
 import inspect
@@ -272,10 +273,21 @@ def _fingerprint(obj):
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+def _code_only(obj):
+    "Source of a module or function without docstrings or comments (ast.unparse): what a cache key should follow."
+    tree = ast.parse(inspect.getsource(obj))
+    for node in ast.walk(tree):
+        body = getattr(node, 'body', None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def _training_code():
-    "Hash of the source of every library module a base agent's training runs through."
+    "Hash of the code (not the prose: _code_only) of every library module a base agent's training runs through."
     modules = [importlib.import_module(f'agentrl.{name}') for name in ('policies', 'gym', 'trajectories', 'policy_gradient')]
-    return _fingerprint([inspect.getsource(m) for m in modules])
+    return _fingerprint([_code_only(m) for m in modules])
 
 
 def _cached_weights(key, build):

@@ -17,7 +17,8 @@ from .policies import entropy_from_logits, selected_log_probs
 from .policy_gradient import aggregate_loss, masked_mean
 from .grpo import RLConfig, compute_advantages, policy_loss, GRPO_STEPS
 from .grpo import (_rl_loop, _optimizer, _check_loop_args, _policy_logp, _cached_run,
-                          _check_int, _check_real, _code_only, _fingerprint, _CHUNK_ROWS)
+                          _check_int, _check_real, _check_update_args, _code_only, _frozen_logps, _fingerprint,
+                          _CHUNK_ROWS)
 
 # %% ../nbs/10_regularization.ipynb #c10-kl-def
 KL_ESTIMATORS = ('k1', 'k2', 'k3', 'k1+', 'k3+')
@@ -203,30 +204,9 @@ def regularized_update(model, optimizer, batch, advantages, cfg, ref_model=None,
     """
     _check_kind(cfg, 'regularized_update')
     _check_real(entropy_coef, 'regularized_update: entropy_coef', 0.0, math.inf)
-    if not isinstance(batch, dict) or not all(k in batch for k in ('ids', 'action_mask')):
-        raise ValueError("regularized_update: batch must be a dict from collate with 'ids' and 'action_mask'")
-    ids, mask = batch['ids'], batch['action_mask']
-    B, T = ids.shape
-    if tuple(mask.shape) != (B, T - 1):
-        raise ValueError(f"regularized_update: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
-                         f"got {list(mask.shape)}")
-    shapes = [(B,)] if cfg.level == 'sequence' else [(B,), (B, T - 1)]
-    if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in shapes:
-        got = list(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
-        raise ValueError(f"regularized_update: advantages must be a tensor [B] = [{B}] (or [B, T-1] at token "
-                         f"level), got {got}")
-    if cfg.minibatches > B:
-        raise ValueError(f"regularized_update: cfg.minibatches={cfg.minibatches} exceeds the batch's "
-                         f"{B} rows")
-    if cfg.kl_coef > 0 and ref_model is None:
-        raise ValueError("regularized_update: cfg.kl_coef > 0 needs a ref_model")
-    lengths = batch['attention_mask'].sum(-1) if 'attention_mask' in batch else torch.full((B,), T)
-    old_logp = ref_logp = None
-    with torch.no_grad():
-        if cfg.epochs * cfg.minibatches > 1:
-            old_logp = _policy_logp(model, ids, mask, cfg.temperature, lengths=lengths)[0]
-        if cfg.kl_coef > 0:
-            ref_logp = _policy_logp(ref_model, ids, mask, cfg.temperature, lengths=lengths)[0]
+    ids, mask, lengths = _check_update_args(batch, advantages, cfg, ref_model, 'regularized_update')
+    B = len(ids)
+    old_logp, ref_logp = _frozen_logps(model, ref_model, ids, mask, lengths, cfg)      # [B, T-1] or None each
     kl_mode = cfg.loss_agg_mode if cfg.level == 'token' else 'seq_mean_token_mean'
     model.train()
     totals, n_steps = {}, 0

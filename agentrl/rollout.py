@@ -17,7 +17,7 @@ import torch
 from .policies import TinyAgent
 from .grpo import RLConfig, compute_advantages, rl_update, evaluate, make_env
 from .grpo import (_policy_logp, _optimizer, _check_loop_args, _rl_loop, _cached_run, _check_int,
-                          _check_real, _code_only, _fingerprint)
+                          _check_real, _code_only, _fingerprint, _row_lengths)
 
 # %% ../nbs/13_rollout_systems.ipynb #c13-durations-def
 def _check_positive(v, name, lo_open=True):
@@ -441,7 +441,7 @@ def offpolicy_update(model, optimizer, batch, advantages, cfg, correction='none'
     if tuple(mask.shape) != (B, T - 1):
         raise ValueError(f"{caller}: batch['action_mask'] must be [B, T-1] = [{B}, {T - 1}], "
                          f"got {list(mask.shape)}")
-    lengths = batch['attention_mask'].sum(-1) if 'attention_mask' in batch else torch.full((B,), T)
+    lengths = _row_lengths(batch)
     with torch.no_grad():
         prox = _policy_logp(model, ids, mask, cfg.temperature, lengths=lengths)[0]       # [B, T-1]
     stats_is = _ratio_stats(prox, mu, mask, cap)

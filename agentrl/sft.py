@@ -18,7 +18,7 @@ from .gym import scripted_policy
 from .trajectories import Trajectory, Tokenizer, collate, rollout_batch, scripted_rollout
 from .policy_gradient import aggregate_loss, _fingerprint
 from .grpo import RLConfig, make_env, evaluate, randomize_names, sample_groups
-from .grpo import _policy_logp, _cached_run, _code_only
+from .grpo import _policy_logp, _cached_run, _code_only, _row_lengths
 from .grpo import _check_int, _check_real, _check_tasks, _name_rng
 from .multiturn import _check_trajs                     # Section 12.1's check
 
@@ -46,13 +46,6 @@ def _check_batch(batch, caller):
     return ids, mask
 
 
-def _lengths(batch, ids):
-    "Real tokens per row [B]: from attention_mask when the batch has one, else the full width."
-    if 'attention_mask' in batch:
-        return batch['attention_mask'].sum(-1)
-    return torch.full((ids.shape[0],), ids.shape[1])
-
-
 def sft_loss(model, batch):
     """Masked NLL on policy tokens: batch from collate (ids [B, T], action_mask [B, T-1]) -> scalar.
 
@@ -77,7 +70,7 @@ def sft_loss(model, batch):
     if not isinstance(model, TinyAgent):
         raise TypeError(f"sft_loss: model must be a TinyAgent, got {type(model).__name__}")
     ids, mask = _check_batch(batch, 'sft_loss')
-    logp, _ = _policy_logp(model, ids, mask, 1.0, lengths=_lengths(batch, ids))     # [B, T-1], 0 off the mask
+    logp, _ = _policy_logp(model, ids, mask, 1.0, lengths=_row_lengths(batch))     # [B, T-1], 0 off the mask
     return aggregate_loss(-logp, mask, 'token_mean')
 
 # %% ../nbs/15_sft.ipynb #c15-sfttrain-def
@@ -222,7 +215,7 @@ def action_entropy(model, batch):
         raise TypeError(f"action_entropy: model must be a TinyAgent, got {type(model).__name__}")
     ids, mask = _check_batch(batch, 'action_entropy')
     with torch.no_grad():
-        return _policy_logp(model, ids, mask, 1.0, with_entropy=True, lengths=_lengths(batch, ids))[1]
+        return _policy_logp(model, ids, mask, 1.0, with_entropy=True, lengths=_row_lengths(batch))[1]
 
 # %% ../nbs/15_sft.ipynb #c15-dpo-def
 def dpo_loss(policy_logp_chosen, policy_logp_rejected, ref_chosen, ref_rejected, beta=0.1):
@@ -404,6 +397,14 @@ def _train_rounds(model, tasks, tok, cfg, rounds, round_episodes, eval_tasks, da
     return history
 
 
+def _check_rounds(rounds, round_episodes, caller):
+    "Raise ValueError unless rounds is an int >= 1 and round_episodes an int >= 8, a multiple of the group size 8."
+    _check_int(rounds, f'{caller}: rounds', 1)
+    _check_int(round_episodes, f'{caller}: round_episodes', 8)
+    if round_episodes % 8:
+        raise ValueError(f"{caller}: round_episodes must be a multiple of the group size 8, got {round_episodes}")
+
+
 def make_sft_agent(tok, method, base_seed=0, seed=0, rounds=SFT_ROUNDS, round_episodes=SFT_ROUND_EPISODES,
                    lr=None):
     """One cached run of an SFT_RUNS method from make_rl_base(tok, base_seed) -> (model, history, seconds).
@@ -452,11 +453,7 @@ def make_sft_agent(tok, method, base_seed=0, seed=0, rounds=SFT_ROUNDS, round_ep
         raise ValueError(f"make_sft_agent: method must be one of {list(SFT_RUNS)}, got {method!r}")
     _check_int(base_seed, 'make_sft_agent: base_seed', 0)
     _check_int(seed, 'make_sft_agent: seed', 0)
-    _check_int(rounds, 'make_sft_agent: rounds', 1)
-    _check_int(round_episodes, 'make_sft_agent: round_episodes', 8)
-    if round_episodes % 8:
-        raise ValueError(f"make_sft_agent: round_episodes must be a multiple of the group size 8, "
-                         f"got {round_episodes}")
+    _check_rounds(rounds, round_episodes, 'make_sft_agent')
     fields = dict(SFT_RUNS[method])
     if lr is not None:
         _check_real(lr, 'make_sft_agent: lr', 0.0, 1.0, lo_open=True)

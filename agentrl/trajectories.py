@@ -585,9 +585,8 @@ def pad_rows(rows, length, value):
 _DONE, _WAIT, _READ, _SAMPLE = 0, 1, 2, 3      # what a row did in one lockstep forward (for traces)
 
 
-def _lockstep(model, envs, tasks, tok, max_turns, temperature, generator, use_cache=True, trace=None):
-    """rollout_batch's engine; use_cache=False re-reads the whole history at every step (a reference),
-    trace (a list) receives one list of per-episode codes (_DONE, _WAIT, _READ, _SAMPLE) per forward."""
+def _check_batch_args(model, envs, tasks, tok, max_turns, temperature, generator):
+    "The argument checks of a batched rollout: a sampler's, max_turns, and one distinct env per task."
     _check_sampler(model, tok, temperature, generator)
     _check_max_turns(max_turns)
     if not isinstance(envs, (list, tuple)) or not isinstance(tasks, (list, tuple)) \
@@ -595,6 +594,12 @@ def _lockstep(model, envs, tasks, tok, max_turns, temperature, generator, use_ca
         raise ValueError("envs and tasks must be non-empty lists of equal length (one env per episode)")
     if len({id(env) for env in envs}) != len(envs):
         raise ValueError("envs must be distinct objects: an environment holds one episode's state")
+
+
+def _lockstep(model, envs, tasks, tok, max_turns, temperature, generator, use_cache=True, trace=None):
+    """rollout_batch's engine; use_cache=False re-reads the whole history at every step (a reference),
+    trace (a list) receives one list of per-episode codes (_DONE, _WAIT, _READ, _SAMPLE) per forward."""
+    _check_batch_args(model, envs, tasks, tok, max_turns, temperature, generator)
     B = len(tasks)
     eps = [_start(env, task, tok, model.config.max_len) for env, task in zip(envs, tasks)]
     call = [[] for _ in range(B)]          # ids of the call episode b is sampling

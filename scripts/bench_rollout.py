@@ -5,7 +5,10 @@ Measures trajectory tokens per CPU-second (time.process_time, one thread) for on
 book's dtype) and float32. Each of --repeats repeats takes the best of --best runs of each path and
 reports their ratio; the headline is the smallest ratio over the float64 repeats. CPU time rather
 than wall time, so that other programs on a shared machine distort the ratios less. Also the lockstep
-engine without its KV cache, once. The last stdout line is one JSON object.
+engine without its KV cache, once. The same two paths also sample from the book's RL
+starting point (make_rl_base(tok, 0), float64, from the weights cache): its episodes are short and
+irregular, so the batch carries padding and stragglers, and the ratio is far smaller than on the
+untrained agent's uniform 8-token calls (--no-trained skips it). The last stdout line is one JSON object.
 """
 import argparse
 import json
@@ -27,9 +30,10 @@ def tokens_per_second(run, best_of):
     return best
 
 
-def measure(dtype, tasks, tok, batch, repeats, best_of):
-    torch.manual_seed(0)
-    model = TinyAgent(vocab_size=len(tok), dtype=dtype)
+def measure(dtype, tasks, tok, batch, repeats, best_of, model=None):
+    if model is None:
+        torch.manual_seed(0)
+        model = TinyAgent(vocab_size=len(tok), dtype=dtype)
     bench = [tasks[i % len(tasks)] for i in range(batch)]
     single = lambda: [rollout(model, BugFixEnv(), t, tok, generator=torch.Generator().manual_seed(i))
                       for i, t in enumerate(bench[:16])]
@@ -42,7 +46,8 @@ def measure(dtype, tasks, tok, batch, repeats, best_of):
     nocache = tokens_per_second(lambda: _lockstep(model, [BugFixEnv() for _ in bench], bench, tok, 6, 1.0,
                                                   torch.Generator().manual_seed(0), use_cache=False), 1)
     return {'repeats': rows, 'min_ratio': min(r['ratio'] for r in rows),
-            'kv_cache_speedup': round(max(r['batch_tokens_per_s'] for r in rows) / nocache, 2)}
+            'kv_cache_speedup': round(max(r['batch_tokens_per_s'] for r in rows) / nocache, 2),
+            'tokens_per_episode': round(sum(len(t) for t in batched()) / batch, 1)}
 
 
 def main():
@@ -50,6 +55,8 @@ def main():
     parser.add_argument('--batch', type=int, default=32)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--best', type=int, default=5)
+    parser.add_argument('--no-trained', dest='trained', action='store_false',
+                        help="skip the measurement on make_rl_base's agent (float64)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     tasks = make_tasks('all')
@@ -57,6 +64,13 @@ def main():
     result = {'batch_size': args.batch, 'clock': 'process_time, 1 thread', 'best_of': args.best}
     for name, dtype in (('float64', torch.float64), ('float32', torch.float32)):
         result[name] = measure(dtype, tasks, tok, args.batch, args.repeats, args.best)
+        for r in result[name]['repeats']:
+            print(f"{name}: rollout {r['single_tokens_per_s']:8.0f} tokens/s   rollout_batch (B={args.batch}) "
+                  f"{r['batch_tokens_per_s']:8.0f} tokens/s   ratio {r['ratio']:.2f}")
+    if args.trained:
+        from agentrl.grpo import make_rl_base
+        name = 'float64_rl_base'
+        result[name] = measure(torch.float64, tasks, tok, args.batch, args.repeats, args.best, make_rl_base(tok, 0))
         for r in result[name]['repeats']:
             print(f"{name}: rollout {r['single_tokens_per_s']:8.0f} tokens/s   rollout_batch (B={args.batch}) "
                   f"{r['batch_tokens_per_s']:8.0f} tokens/s   ratio {r['ratio']:.2f}")

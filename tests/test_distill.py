@@ -450,7 +450,7 @@ def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeyp
     for where, name in ((m, 'sft_train'), (m, '_policy_round'), (m, '_kl_steps'), (m, '_score_round'),
                         (m, '_train_distill'), (m, 'distill_loss'), (m, '_count_forwards'),
                         (m, 'make_distill_agent'), (m, 'make_student_base'),
-                        (sft, 'sft_loss'), (sft, '_check_batch'), (sft, '_lengths')):
+                        (sft, 'sft_loss'), (sft, '_check_batch'), (sft, '_check_rounds')):
         monkeypatch.setattr(where, name, other)                 # any function with different code
         assert key()['code'] != base['code'], name
         monkeypatch.undo()

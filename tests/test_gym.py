@@ -150,6 +150,41 @@ def test_time_limit_cuts_off_a_loop():
         pass
 
 
+@pytest.mark.timeout(10)
+def test_a_swallowed_timeout_is_raised_again():
+    # the first TimeoutError is caught by the code under test; a one-shot timer would leave the second loop
+    # running forever (pytest-timeout would end the test), the repeating timer interrupts it TIME_LIMIT later
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip('the CPU timer only works in the main thread')
+    src = ('def stubborn(x):\n    try:\n        while True:\n            x = x + 1\n    except:\n'
+           '        pass\n    while True:\n        x = x + 1\n')
+    start = time.process_time()
+    [(ok, got)] = run_tests(src, [((1,), 1)], 'stubborn')
+    used = time.process_time() - start
+    assert not ok and isinstance(got, TimeoutError)
+    assert 2 * m.TIME_LIMIT * 0.9 <= used < 2 * m.TIME_LIMIT + 1.0      # two allowances of CPU time, not one
+    end = time.process_time() + 3 * m.TIME_LIMIT      # disarmed afterwards: a stray repeat would fire here
+    while time.process_time() < end:
+        pass
+
+
+def test_garbage_collection_is_paused_during_test_calls():
+    # the source calls what it is given: gc.isenabled, evaluated inside the timed call
+    import gc
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip('the pause goes with the timer, which only works in the main thread')
+    src = 'def probe(f):\n    return f()\n'
+    assert gc.isenabled()
+    assert run_tests(src, [((gc.isenabled,), False)], 'probe') == [(True, False)]
+    assert gc.isenabled()                                   # restored afterwards
+    gc.disable()
+    try:                                                    # a caller that paused it keeps it paused
+        assert run_tests(src, [((gc.isenabled,), False)], 'probe') == [(True, False)]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_run_tests_outside_main_thread_and_untimed(monkeypatch):
     src = 'def f(x):\n    return x + 1\n'
     box = []
