@@ -412,8 +412,8 @@ def _load(source, timed=False):
     """Compile and execute a source once; later calls reuse the namespace.
 
     With timed=True (SIGPROF handler installed by the caller) the module-level exec
-    gets TIME_LIMIT seconds of process CPU time, like each test call (run_tests arms the timer's
-    repeat and pauses garbage collection)."""
+    gets TIME_LIMIT seconds of process CPU time, like each test call (with the same repeating
+    timer; run_tests also pauses garbage collection around it)."""
     ns = _LOADED.get(source)
     if ns is None:
         if len(_LOADED) >= _LOADED_MAX:
@@ -458,10 +458,14 @@ def run_tests(source, tests, fn_name):
     call that runs out raises TimeoutError, which counts as a failed test (a load that
     runs out fails every test of that source). The signal interrupts Python bytecode
     only: a single long call into C code finishes before the TimeoutError is raised.
-    Garbage collection is paused while run_tests runs (and restored after): a collection
+    A timed run_tests pauses garbage collection while it runs (gc.disable, process-wide, so
+    other threads go uncollected meanwhile; the previous state is restored after): a collection
     would count against a test's allowance, and a TimeoutError raised inside one of its
-    callbacks is swallowed; the timer also repeats every TIME_LIMIT seconds, so a
-    TimeoutError that something swallows is raised again.
+    callbacks is swallowed. The timer also repeats every TIME_LIMIT seconds, so a TimeoutError
+    that something swallows (a finalizer, or the code itself) is raised again. The limit is
+    therefore per interruption, not a cap: a call that swallows the first TimeoutError and then
+    returns may use up to about twice TIME_LIMIT, and one that swallows every TimeoutError never
+    ends; acceptable only because the sources are trusted.
     The limit is enforced ONLY in the main thread (signals are delivered there): called
     from another thread, or where setitimer is missing, run_tests runs untimed and
     issues a RuntimeWarning, so a hanging source would hang that thread.
