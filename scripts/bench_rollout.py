@@ -22,12 +22,13 @@ from agentrl.trajectories import _lockstep, build_tokenizer, rollout, rollout_ba
 
 
 def tokens_per_second(run, best_of):
+    "Best of best_of calls of run() -> (trajectory tokens per CPU-second, tokens of one call)."
     best = 0.0
     for _ in range(best_of):
         start = time.process_time()
-        trajs = run()
-        best = max(best, sum(len(t) for t in trajs) / (time.process_time() - start))
-    return best
+        tokens = sum(len(t) for t in run())
+        best = max(best, tokens / (time.process_time() - start))
+    return best, tokens
 
 
 def measure(dtype, tasks, tok, batch, repeats, best_of, model=None):
@@ -41,13 +42,13 @@ def measure(dtype, tasks, tok, batch, repeats, best_of, model=None):
                                     generator=torch.Generator().manual_seed(0))
     rows = []
     for _ in range(repeats):
-        s, b = tokens_per_second(single, best_of), tokens_per_second(batched, best_of)
+        (s, _), (b, tokens) = tokens_per_second(single, best_of), tokens_per_second(batched, best_of)
         rows.append({'single_tokens_per_s': round(s, 1), 'batch_tokens_per_s': round(b, 1), 'ratio': round(b / s, 2)})
-    nocache = tokens_per_second(lambda: _lockstep(model, [BugFixEnv() for _ in bench], bench, tok, 6, 1.0,
+    nocache, _ = tokens_per_second(lambda: _lockstep(model, [BugFixEnv() for _ in bench], bench, tok, 6, 1.0,
                                                   torch.Generator().manual_seed(0), use_cache=False), 1)
     return {'repeats': rows, 'min_ratio': min(r['ratio'] for r in rows),
             'kv_cache_speedup': round(max(r['batch_tokens_per_s'] for r in rows) / nocache, 2),
-            'tokens_per_episode': round(sum(len(t) for t in batched()) / batch, 1)}
+            'tokens_per_episode': round(tokens / batch, 1)}
 
 
 def main():
@@ -62,15 +63,12 @@ def main():
     tasks = make_tasks('all')
     tok = build_tokenizer(tasks)
     result = {'batch_size': args.batch, 'clock': 'process_time, 1 thread', 'best_of': args.best}
-    for name, dtype in (('float64', torch.float64), ('float32', torch.float32)):
-        result[name] = measure(dtype, tasks, tok, args.batch, args.repeats, args.best)
-        for r in result[name]['repeats']:
-            print(f"{name}: rollout {r['single_tokens_per_s']:8.0f} tokens/s   rollout_batch (B={args.batch}) "
-                  f"{r['batch_tokens_per_s']:8.0f} tokens/s   ratio {r['ratio']:.2f}")
+    runs = [('float64', torch.float64, None), ('float32', torch.float32, None)]
     if args.trained:
         from agentrl.grpo import make_rl_base
-        name = 'float64_rl_base'
-        result[name] = measure(torch.float64, tasks, tok, args.batch, args.repeats, args.best, make_rl_base(tok, 0))
+        runs.append(('float64_rl_base', torch.float64, make_rl_base(tok, 0)))
+    for name, dtype, model in runs:
+        result[name] = measure(dtype, tasks, tok, args.batch, args.repeats, args.best, model)
         for r in result[name]['repeats']:
             print(f"{name}: rollout {r['single_tokens_per_s']:8.0f} tokens/s   rollout_batch (B={args.batch}) "
                   f"{r['batch_tokens_per_s']:8.0f} tokens/s   ratio {r['ratio']:.2f}")
