@@ -57,15 +57,12 @@ def rollout_profile(dtype, runs=3):
     for _ in range(runs):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             run()
-        ms = {kind: 0.0 for kind in [*KINDS, 'other']}
+        ms = dict.fromkeys([*KINDS, 'other'], 0.0)
         for event in prof.key_averages():
-            kind = next((k for k, names in KINDS.items() if event.key in names), 'other')
-            ms[kind] += event.self_cpu_time_total / 1e3
-        ms['total'] = sum(ms.values())
-        per_run.append(ms)
-    median = sorted(per_run, key=lambda ms: ms['total'])[len(per_run) // 2]   # one whole run: parts sum to total
-    parts = {k: round(v, 1) for k, v in median.items() if k != 'total'}
-    return {**parts, 'total': round(sum(parts.values()), 1)}
+            ms[next((k for k, names in KINDS.items() if event.key in names), 'other')] += event.self_cpu_time_total / 1e3
+        per_run.append({k: round(v, 1) for k, v in ms.items()})
+    median = sorted(per_run, key=lambda ms: sum(ms.values()))[len(per_run) // 2]   # one whole run
+    return {**median, 'total': round(sum(median.values()), 1)}
 
 
 def main():
@@ -89,9 +86,8 @@ def main():
                 rows.append({'dtype': str(dtype).removeprefix('torch.'), 'B': B, 'S': S, 'kv_mb': round(mb, 3),
                              'us_per_call': round(us, 1), 'us_per_row': round(us / B, 2),
                              'gb_per_s': round(mb / us * 1e3, 1)})
-                r = rows[-1]
-                print(f"{r['dtype']:8s} B={B:2d} S={S:3d}  K+V {mb:5.2f} MB  {us:6.1f} us/call  "
-                      f"{us / B:5.2f} us/row  {r['gb_per_s']:5.1f} GB/s")
+                print(f"{dtype!s:14s} B={B:2d} S={S:3d}  K+V {mb:5.2f} MB  {us:6.1f} us/call  "
+                      f"{us / B:5.2f} us/row  {mb / us * 1e3:5.1f} GB/s")
     big = torch.randn(8_000_000, generator=gen, dtype=torch.float64)        # 64 MB
     stream = 64e6 / best_us(lambda: big.sum(), 10, args.best) / 1e3
     print(f'streaming read (sum of 64 MB float64): {stream:.1f} GB/s')
