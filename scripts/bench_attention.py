@@ -11,7 +11,11 @@ with B (the numbers come from the shared cache or from memory), and float32 (hal
 most at large B. Then profiles one rollout_batch of the 32 episodes of Chapter 5's Section 5.6 (the
 untrained agent, seed 0) in float64 and float32 with torch.profiler and sums the operators' own CPU
 time by kind (attention, matrix products, GELU, data movement, everything else) in the run with
-the median total of 3: where the batch's time goes, and which parts float32 makes cheaper. The last stdout line is one
+the median total of 3: where the batch's time goes, and which parts float32 makes cheaper. Last, one
+whole cached decode forward of that agent (TinyAgent.hidden on one new token per row after S cached
+tokens, no key mask) at B = 1 and B = 32, S = 60 and 125, in both dtypes: the per-row ratio
+32 * t(B = 1) / t(B = 32) bounds what batching can gain on the decode steps of rollout_batch over
+one episode at a time (sampling and the environments come on top). The last stdout line is one
 JSON object.
 """
 import argparse
@@ -65,6 +69,23 @@ def rollout_profile(dtype, runs=3):
     return {**median, 'total': round(sum(median.values()), 1)}
 
 
+def decode_forward_us(dtype, B, S, calls, best_of):
+    "Microseconds of one cached decode forward (TinyAgent.hidden, one token per row after S cached tokens)."
+    from agentrl.policies import TinyAgent
+    torch.manual_seed(0)
+    model = TinyAgent(vocab_size=318, dtype=dtype)      # the size of Chapter 5's tokenizer
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.hidden(torch.randint(0, 318, (B, S), generator=torch.Generator().manual_seed(0)), kv_cache=cache)
+    next_pos, new = cache.next_pos, torch.zeros(B, 1, dtype=torch.long)
+
+    def step():                              # decode one token, then forget it: every call sees S cached keys
+        with torch.no_grad():
+            model.hidden(new, kv_cache=cache)
+        cache.length, cache.next_pos = S, next_pos
+    return best_us(step, calls, best_of)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--calls', type=int, default=200)
@@ -94,8 +115,17 @@ def main():
     profiles = {str(dt).removeprefix('torch.'): rollout_profile(dt) for dt in (torch.float64, torch.float32)}
     for name, ms in profiles.items():
         print(f'rollout_batch, B = 32, {name}: operator time (ms) ' + '  '.join(f'{k} {v}' for k, v in ms.items()))
+    forwards = []
+    for dtype in (torch.float64, torch.float32):
+        for S in (60, 125):
+            one, batch = (decode_forward_us(dtype, B, S, args.calls, args.best) for B in (1, 32))
+            forwards.append({'dtype': str(dtype).removeprefix('torch.'), 'S': S, 'us_B1': round(one, 1),
+                             'us_B32': round(batch, 1), 'per_row_ratio': round(32 * one / batch, 2)})
+            print(f"decode forward, {dtype!s:14s} S={S:3d}: B=1 {one:6.1f} us, B=32 {batch:7.1f} us, "
+                  f"per row {32 * one / batch:5.2f}x cheaper batched")
     print(json.dumps({'clock': 'perf_counter, 1 thread', 'heads': H, 'head_dim': Dh, 'calls': rows,
-                      'stream_gb_per_s': round(stream, 1), 'rollout_batch_profile_ms': profiles}))
+                      'stream_gb_per_s': round(stream, 1), 'rollout_batch_profile_ms': profiles,
+                      'decode_forward': forwards}))
 
 
 if __name__ == '__main__':
