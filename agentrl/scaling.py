@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .policies import TinyAgent, _check_ids, _check_finite_rows
-from .trajectories import Trajectory
 from .gym import Task
 from .rewards import LoggedEnv
 from .multiturn import _check_trajs

@@ -6,7 +6,6 @@ __all__ = ['SFT_ROUNDS', 'SFT_ROUND_EPISODES', 'SFT_BUDGET', 'SFT_RUNS', 'SFT_CO
 
 # %% ../nbs/15_sft.ipynb #c15-export-imports
 import copy
-import importlib
 import math
 
 import torch
@@ -15,7 +14,7 @@ from tqdm.auto import tqdm
 
 from .policies import TinyAgent, snap_weights
 from .gym import scripted_policy
-from .trajectories import Trajectory, Tokenizer, collate, rollout_batch, scripted_rollout
+from .trajectories import Tokenizer, collate, rollout_batch, scripted_rollout
 from .policy_gradient import aggregate_loss, _fingerprint
 from .grpo import RLConfig, make_env, evaluate, randomize_names, sample_groups
 from .grpo import _policy_logp, _cached_run, _code_only, _row_lengths
@@ -405,6 +404,14 @@ def _check_rounds(rounds, round_episodes, caller):
         raise ValueError(f"{caller}: round_episodes must be a multiple of the group size 8, got {round_episodes}")
 
 
+def _sft_code():
+    "Hash of the code (not the prose) of every function a make_sft_agent run calls outside the modules _rl_code hashes."
+    fns = [make_sft_agent, _sft_code, _check_rounds, _train_rounds, _oracle_round, _policy_round, _pairs,
+           _summed_logp, _pair_loss, _dpo_round, sft_train, _length_batches, sft_loss, _check_batch,
+           action_entropy, dpo_loss, _check_trajs]
+    return _fingerprint([_code_only(f) for f in fns])
+
+
 def make_sft_agent(tok, method, base_seed=0, seed=0, rounds=SFT_ROUNDS, round_episodes=SFT_ROUND_EPISODES,
                    lr=None):
     """One cached run of an SFT_RUNS method from make_rl_base(tok, base_seed) -> (model, history, seconds).
@@ -439,7 +446,10 @@ def make_sft_agent(tok, method, base_seed=0, seed=0, rounds=SFT_ROUNDS, round_ep
     round's pairs before the round's first step), loss, chosen_shift and rejected_shift (mean summed
     log-prob change of the pool's episodes against the reference after the round) for DPO.
     Cached on disk like make_grpo_agent (Section 9.6), with the method, its fields and a hash of
-    this module's code in the key. seconds: the wall-clock time of the training when it ran.
+    the code of every function a run calls in the key (_sft_code: this chapter's loop, losses and
+    checks, and Section 12.1's trajectory check; _cached_run adds the modules of an RL run), not of
+    the prose, and not of the chapter's other functions, such as pass_rate. seconds: the wall-clock
+    time of the training when it ran.
     Returns (TinyAgent in eval mode, history, seconds). Raises ValueError for an unknown method or a
     base_seed, seed, rounds, round_episodes or lr out of range.
 
@@ -458,7 +468,7 @@ def make_sft_agent(tok, method, base_seed=0, seed=0, rounds=SFT_ROUNDS, round_ep
     if lr is not None:
         _check_real(lr, 'make_sft_agent: lr', 0.0, 1.0, lo_open=True)
         fields['lr'] = float(lr)
-    code = _fingerprint(_code_only(importlib.import_module('agentrl.sft')))
+    code = _sft_code()
     name = f'{method}: {sorted(fields.items())}, round_episodes={round_episodes}, code={code}'
 
     def trainer(model, tasks, tok, cfg, steps, eval_tasks=None, eval_every=None):

@@ -1,7 +1,6 @@
 """Tests for agentrl.advantages (Chapter 7). Every reference value is computed independently of the
 code under test: plain-Python loops over the policy positions of each row, hand calculations, the
 statistics module, and closed forms (lam = 1 gives G - V, lam = 0 gives the TD residual)."""
-import math
 import statistics
 
 import pytest

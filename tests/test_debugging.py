@@ -325,7 +325,7 @@ def test_ref_is_policy_kl_is_zero_then_measures_the_step(model, trajs, tok):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(h.parameters(), cfg.max_grad_norm)
     opt.step()
-    k3_sum, n = 0.0, 0.0
+    k3_sum = 0.0
     with torch.no_grad():
         for i in second:
             keep = trajs[i].action_mask.bool()

@@ -1,5 +1,4 @@
 """One notebook executed twice in fresh kernels prints identical outputs and identical figures."""
-import json
 
 import pytest
 

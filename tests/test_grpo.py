@@ -12,7 +12,7 @@ from agentrl.gym import (BugFixEnv, GYM_NAMES, HONEST_OPS, make_tasks, public_re
                          run_episode, scripted_policy)
 from agentrl.policies import TinyAgent, snap_weights
 from agentrl.ppo import ppo_policy_loss
-from agentrl.trajectories import build_tokenizer, collate, scripted_rollout
+from agentrl.trajectories import collate, scripted_rollout
 
 torch.set_num_threads(1)
 TRAIN, HELDOUT = make_tasks('train'), make_tasks('heldout')
@@ -450,7 +450,7 @@ def test_make_grpo_agent_is_the_run_and_caches_it(tok, monkeypatch, tmp_path):
 # ---------------------------------------------------------------- Section 9.9: the side-by-side
 def test_train_actor_critic_fits_the_critic_and_matches_gae_by_hand(tok, tiny):
     import copy
-    from agentrl.advantages import make_critic, critic_values
+    from agentrl.advantages import make_critic
     cfg = m.RLConfig(group_size=2, tasks_per_step=2, max_turns=3, drop_equal_groups=False, minibatches=1)
     model, critic = copy.deepcopy(tiny), make_critic(tiny)
     critic_before = copy.deepcopy(critic)
@@ -537,7 +537,7 @@ def test_evaluate_by_body_is_a_loop_over_evaluate(tok, tiny):
 
 
 def test_cache_key_follows_code_not_prose(tmp_path, monkeypatch):
-    import importlib, sys
+    import importlib
     src = 'def f(x):\n    """Doubles x."""\n    return 2 * x  # twice\n'
     variants = {'a': src, 'b': src.replace('Doubles x.', 'Returns twice x; see Section 9.6.').replace('# twice', '# 2x'),
                 'c': src.replace('2 * x', '3 * x')}

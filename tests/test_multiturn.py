@@ -1,6 +1,5 @@
 """Tests for agentrl.multiturn (Chapter 12). Expected values come from hand computations, plain loops
 over tokens, autograd, and the Chapter 5 and 9 functions the new ones must agree with."""
-import dataclasses
 import inspect
 import math
 

@@ -11,8 +11,8 @@ import agentrl as arl
 import agentrl.regularization as m
 from agentrl.grpo import RLConfig, compute_advantages, kl_penalty, rl_update, sample_groups, train_rl
 from agentrl.gym import make_tasks
-from agentrl.policies import TinyAgent, sequence_log_probs
-from agentrl.trajectories import build_tokenizer, collate
+from agentrl.policies import sequence_log_probs
+from agentrl.trajectories import collate
 
 torch.set_num_threads(1)
 TRAIN = make_tasks('train')

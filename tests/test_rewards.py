@@ -12,7 +12,7 @@ import torch
 import agentrl as arl
 import agentrl.rewards as m
 from agentrl.gym import BugFixEnv, hidden_reward, make_tasks, public_reward, run_episode, scripted_policy
-from agentrl.grpo import EditBudgetEnv, RLConfig, evaluate, make_env, train_rl
+from agentrl.grpo import EditBudgetEnv, RLConfig, make_env, train_rl
 from agentrl.trajectories import rollout_batch
 
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ import torch
 import agentrl as arl
 import agentrl.rollout as m
 from agentrl.gym import make_tasks
-from agentrl.grpo import RLConfig, rl_update, sample_groups, train_rl, compute_advantages
+from agentrl.grpo import RLConfig, rl_update, sample_groups, train_rl
 from agentrl.policies import TinyAgent, sequence_log_probs
 from agentrl.trajectories import collate
 

@@ -2,7 +2,6 @@
 search over all partitions, each sequence run alone through the model, the plain selected_log_probs on
 full logits, and task rewards fixed by construction; runs are tiny and seeded."""
 import inspect
-import itertools
 import json
 import os
 import pathlib

@@ -4,7 +4,9 @@ loop run on the same demonstrations, and Chapter 9's evaluate run with the same 
 import copy
 import inspect
 import math
+import pathlib
 import random
+import sys
 
 import pytest
 import torch
@@ -389,7 +391,7 @@ def test_make_sft_agent_runs_rounds_validates_like_train_rl_and_caches(tok, monk
     assert kept == round(16 * rs_history[1]['pass_rate'])                    # reward 1 = hidden pass
     assert same(rs, small_base(tok, 0)) == (kept == 0)                        # nothing kept, nothing learned
     assert len(list(tmp_path.glob('rl_run-*.pt'))) == 2                      # one file per run
-    monkeypatch.setattr(m, '_train_rounds',
+    monkeypatch.setattr(m, 'evaluate',                                      # a run's first step, not hashed
                         lambda *a, **k: pytest.fail('trained instead of loading the cache'))
     again, again_history, _ = m.make_sft_agent(tok, 'SFT (oracle)', seed=1, rounds=2, round_episodes=16)
     assert again_history == history and same(again, model)
@@ -482,7 +484,7 @@ def test_make_sft_agent_lr_override_names_its_own_run(tok, monkeypatch, tmp_path
     model, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8)
     slow, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8, lr=0.001)
     assert len(list(tmp_path.glob('rl_run-*.pt'))) == 2 and not same(model, slow)
-    monkeypatch.setattr(m, '_train_rounds', lambda *a, **k: pytest.fail('trained instead of loading'))
+    monkeypatch.setattr(m, 'evaluate', lambda *a, **k: pytest.fail('trained instead of loading'))
     again, _, _ = m.make_sft_agent(tok, 'SFT (oracle)', rounds=1, round_episodes=8, lr=0.003)   # the default
     assert same(again, model)
     for lr in (0.0, 1.5, math.nan, '0.1'):
@@ -490,3 +492,70 @@ def test_make_sft_agent_lr_override_names_its_own_run(tok, monkeypatch, tmp_path
             m.make_sft_agent(tok, 'DPO', lr=lr)
     assert set(m.SFT_CONTROL_LR) == set(m.SFT_RUNS)
     assert all(m.SFT_CONTROL_LR[k] != m.SFT_RUNS[k]['lr'] for k in m.SFT_RUNS)
+
+
+def _changed_copy(fn, path):
+    "fn recompiled from its own source plus one statement (pass) at the end of its body: other code, same names."
+    text = inspect.getsource(fn).rstrip() + '\n    pass\n'
+    path.write_text(text)                                      # inspect.getsource reads the copy from here
+    namespace = dict(vars(sys.modules[fn.__module__]))
+    exec(compile(text, str(path), 'exec'), namespace)
+    return namespace[fn.__name__]
+
+
+def test_sft_cache_key_covers_every_function_a_run_executes(tok, demos, monkeypatch, tmp_path):
+    """make_sft_agent's code hash (_sft_code) changes with the code of every library function that a run of
+    any method executes outside the modules _rl_code hashes (found by tracing real runs, not read from the
+    list _sft_code holds), and not with a docstring or comment, nor with code that no run executes."""
+    import agentrl.grpo as grpo
+    monkeypatch.setattr(grpo, 'make_rl_base', small_base)
+    monkeypatch.setenv('AGENTRL_CACHE', str(tmp_path))
+    in_rl_code = {f'{name}.py' for name in ('advantages', 'ppo', 'grpo', 'policies', 'gym', 'trajectories',
+                                            'policy_gradient')}
+    executed = {}                                              # name -> file of each top-level function run
+
+    def watch(frame, event, arg):
+        code = frame.f_code
+        path = pathlib.Path(code.co_filename)
+        if (event == 'call' and path.parent.name == 'agentrl' and path.name not in in_rl_code
+                and '<' not in code.co_qualname):             # closures and lambdas are their parent's source
+            executed[code.co_name] = path.name
+    wins = [t for t in demos if t.reward == 1.0]
+    fails = [t for t in demos if t.reward != 1.0]
+    sample_groups = m.sample_groups
+
+    def with_pairs(*args):                                     # the untrained base rarely passes: give DPO
+        played = sample_groups(*args)                          # pairs, after the real sampling
+        return wins[:4] + fails[:4] + played[8:]
+
+    sys.setprofile(watch)
+    try:
+        for method, fields in m.SFT_RUNS.items():
+            with monkeypatch.context() as patch:
+                if fields['update'] == 'dpo':
+                    patch.setattr(m, 'sample_groups', with_pairs)
+                m.make_sft_agent(tok, method, seed=0, rounds=1, round_episodes=16)
+    finally:
+        sys.setprofile(None)
+    assert {'make_sft_agent', '_train_rounds', 'sft_train', '_dpo_round', 'dpo_loss', '_oracle_round',
+            '_check_trajs'} <= set(executed)                   # the trace saw all three kinds of run
+    assert 'pass_rate' not in executed
+    code = m._sft_code                                          # the original, called after each patch below
+    base = code()
+    for name, file in sorted(executed.items()):
+        fn = getattr(m, name)                                   # sft calls it by this name
+        monkeypatch.setattr(m, name, _changed_copy(fn, tmp_path / f'{name}.py'))
+        assert code() != base, f'{name} ({file}) is executed by a run but not in its key'
+        monkeypatch.undo()
+    assert code() == base
+    src = inspect.getsource(m._length_batches)
+    doc = src.splitlines()[1]
+    assert doc.strip().startswith('"')
+    reworded = src.replace(doc, '    "Another docstring."  # and a comment', 1)
+    (tmp_path / 'reworded.py').write_text(reworded)
+    namespace = dict(vars(m))
+    exec(compile(reworded, str(tmp_path / 'reworded.py'), 'exec'), namespace)
+    monkeypatch.setattr(m, '_length_batches', namespace['_length_batches'])
+    assert code() == base                                       # prose and comments are not code
+    monkeypatch.setattr(m, 'pass_rate', _changed_copy(m.pass_rate, tmp_path / 'pass_rate.py'))
+    assert code() == base                                       # code no run executes

@@ -1,6 +1,5 @@
 """Tests for agentrl.trajectories (Chapter 5: trajectories, templates and masks)."""
 import itertools
-import math
 import random
 
 import pytest
@@ -8,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import agentrl.trajectories as m
-from agentrl.gym import (GYM_MESSAGES, GYM_NAMES, OP_NAMES, OPS, POLICY_KINDS, TOOL_NAMES, BugFixEnv, Task,
+from agentrl.gym import (GYM_MESSAGES, GYM_NAMES, OP_NAMES, OPS, POLICY_KINDS, TOOL_NAMES, BugFixEnv,
                          compact_source, format_results, make_tasks, run_episode, run_tests, scripted_policy)
 from agentrl.policies import TinyAgent, sampling_log_probs, sequence_log_probs
 from agentrl.trajectories import (MAX_CALL_TOKENS, OWNER_ENV, OWNER_POLICY, OWNER_PROMPT, SPECIAL_TOKENS, Episode,
