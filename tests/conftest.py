@@ -1,3 +1,4 @@
+import inspect
 import os
 import pathlib
 import sys
@@ -39,3 +40,20 @@ def small_base(tok, seed=0):
     "Stand-in for make_rl_base in cache tests: a small seeded policy in eval mode."
     torch.manual_seed(seed)
     return TinyAgent(vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2).eval()
+
+
+def recompiled(fn, path, edit):
+    """fn compiled again from edit(its source), among the names of its module, from a file written to path
+    (where inspect.getsource, and so the cache keys' code hash, finds it) -> function."""
+    text = edit(inspect.getsource(fn))
+    path.write_text(text)
+    namespace = dict(vars(sys.modules[fn.__module__]))
+    exec(compile(text, str(path), 'exec'), namespace)
+    return namespace[fn.__name__]
+
+
+def reworded(src):
+    "src of a function whose docstring is one line, with another docstring and a comment: other prose, same code."
+    doc = src.splitlines()[1]
+    assert doc.strip().startswith('"'), f'expected a one-line docstring, got {doc!r}'
+    return src.replace(doc, '    "Another docstring."  # and a comment', 1)

@@ -12,6 +12,7 @@ import torch
 import agentrl as arl
 import agentrl.distill as m
 from agentrl.trajectories import collate
+from conftest import recompiled, reworded
 
 torch.set_num_threads(1)
 INDEX = ('distill_loss',)
@@ -416,16 +417,6 @@ def test_train_distill_plays_scores_and_counts(tok, monkeypatch, method):
     assert all(math.isfinite(h['loss']) for h in hist[1:])
 
 
-def _load_source(path, text):
-    "Import a module written to path (so inspect.getsource finds it) -> module."
-    import importlib.util
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeypatch, tmp_path):
     """make_distill_agent's key (_distill_key) changes with the code of this chapter's loop and of the Chapter 15
     functions it calls, not with their docstrings or comments, and not with Chapter 15 code it never calls."""
@@ -433,14 +424,10 @@ def test_cache_key_follows_the_code_of_every_function_the_run_calls(tok, monkeyp
     key = lambda: m._distill_key(tok, 'on-policy reverse KL', 0, 0, 16, 128, torch.float64)
     base = key()
     assert m._distill_key(tok, 'on-policy reverse KL', 1, 0, 16, 128, torch.float64) != base
-    src = inspect.getsource(sft._length_batches)
-    doc = src.splitlines()[1]
-    assert doc.strip().startswith('"')
-    reworded = src.replace(doc, '    "Another docstring."  # and a comment', 1)
-    changed = src.replace('tie[i])', '-tie[i])', 1)
-    assert changed != src
-    same = _load_source(tmp_path / 'same_code.py', 'import torch\n\n\n' + reworded)._length_batches
-    other = _load_source(tmp_path / 'other_code.py', 'import torch\n\n\n' + changed)._length_batches
+    changed = lambda src: src.replace('tie[i])', '-tie[i])', 1)
+    assert changed(inspect.getsource(sft._length_batches)) != inspect.getsource(sft._length_batches)
+    same = recompiled(sft._length_batches, tmp_path / 'same_code.py', reworded)
+    other = recompiled(sft._length_batches, tmp_path / 'other_code.py', changed)
     monkeypatch.setattr(m, '_length_batches', same)
     assert key() == base                                        # prose and comments are not code
     monkeypatch.setattr(m, '_length_batches', other)
@@ -473,14 +460,13 @@ def test_student_base_key_follows_its_code_and_hyperparameters(tok, monkeypatch,
         assert key() != base and run_key() != run_base, name
         monkeypatch.undo()
     assert key() == base and run_key() == run_base
-    src = inspect.getsource(m.make_student_base)
-    doc = src.split('"""')[1]
-    header = 'import torch\n\n\n'
-    reworded = _load_source(tmp_path / 'reworded.py', header + src.replace(doc, 'Another docstring.', 1))
-    edited = _load_source(tmp_path / 'edited.py', header + src.replace('return model.eval()', 'return model', 1))
-    monkeypatch.setattr(m, 'make_student_base', reworded.make_student_base)
+    fn = m.make_student_base
+    other_doc = recompiled(fn, tmp_path / 'reworded.py',
+                           lambda src: src.replace(src.split('"""')[1], 'Another docstring.', 1))
+    edited = recompiled(fn, tmp_path / 'edited.py', lambda src: src.replace('return model.eval()', 'return model', 1))
+    monkeypatch.setattr(m, 'make_student_base', other_doc)
     assert key() == base and run_key() == run_base            # prose is not code
-    monkeypatch.setattr(m, 'make_student_base', edited.make_student_base)
+    monkeypatch.setattr(m, 'make_student_base', edited)
     assert key()['own_code'] != base['own_code'] and run_key() != run_base
 
 

@@ -371,7 +371,7 @@ def test_dpo_round_starts_at_ln2_and_raises_the_margin(tiny, tok, demos):
     assert same(ref, tiny)                                                   # the reference never moves
 
 
-from conftest import small_base  # noqa: E402
+from conftest import recompiled, reworded, small_base  # noqa: E402
 
 
 def test_make_sft_agent_runs_rounds_validates_like_train_rl_and_caches(tok, monkeypatch, tmp_path):
@@ -494,15 +494,6 @@ def test_make_sft_agent_lr_override_names_its_own_run(tok, monkeypatch, tmp_path
     assert all(m.SFT_CONTROL_LR[k] != m.SFT_RUNS[k]['lr'] for k in m.SFT_RUNS)
 
 
-def _changed_copy(fn, path):
-    "fn recompiled from its own source plus one statement (pass) at the end of its body: other code, same names."
-    text = inspect.getsource(fn).rstrip() + '\n    pass\n'
-    path.write_text(text)                                      # inspect.getsource reads the copy from here
-    namespace = dict(vars(sys.modules[fn.__module__]))
-    exec(compile(text, str(path), 'exec'), namespace)
-    return namespace[fn.__name__]
-
-
 def test_sft_cache_key_covers_every_function_a_run_executes(tok, demos, monkeypatch, tmp_path):
     """make_sft_agent's code hash (_sft_code) changes with the code of every library function that a run of
     any method executes outside the modules _rl_code hashes (found by tracing real runs, not read from the
@@ -541,21 +532,15 @@ def test_sft_cache_key_covers_every_function_a_run_executes(tok, demos, monkeypa
             '_check_trajs'} <= set(executed)                   # the trace saw all three kinds of run
     assert 'pass_rate' not in executed
     code = m._sft_code                                          # the original, called after each patch below
+    with_pass = lambda src: src.rstrip() + '\n    pass\n'        # one more statement: other code, same names
     base = code()
     for name, file in sorted(executed.items()):
         fn = getattr(m, name)                                   # sft calls it by this name
-        monkeypatch.setattr(m, name, _changed_copy(fn, tmp_path / f'{name}.py'))
+        monkeypatch.setattr(m, name, recompiled(fn, tmp_path / f'{name}.py', with_pass))
         assert code() != base, f'{name} ({file}) is executed by a run but not in its key'
         monkeypatch.undo()
     assert code() == base
-    src = inspect.getsource(m._length_batches)
-    doc = src.splitlines()[1]
-    assert doc.strip().startswith('"')
-    reworded = src.replace(doc, '    "Another docstring."  # and a comment', 1)
-    (tmp_path / 'reworded.py').write_text(reworded)
-    namespace = dict(vars(m))
-    exec(compile(reworded, str(tmp_path / 'reworded.py'), 'exec'), namespace)
-    monkeypatch.setattr(m, '_length_batches', namespace['_length_batches'])
+    monkeypatch.setattr(m, '_length_batches', recompiled(m._length_batches, tmp_path / 'reworded.py', reworded))
     assert code() == base                                       # prose and comments are not code
-    monkeypatch.setattr(m, 'pass_rate', _changed_copy(m.pass_rate, tmp_path / 'pass_rate.py'))
+    monkeypatch.setattr(m, 'pass_rate', recompiled(m.pass_rate, tmp_path / 'pass_rate.py', with_pass))
     assert code() == base                                       # code no run executes
